@@ -1,0 +1,1 @@
+"""txnlog.datasource: the PySpark Python Data Source ``txnlog``."""
