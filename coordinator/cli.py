@@ -1,21 +1,34 @@
-"""The ``txnlog`` command line: ``dump`` (kafka-dump-log's output) and ``coordinator``."""
+"""The ``txnlog`` command line.
+
+``txnlog dump FILE...`` prints what kafka-dump-log prints; ``txnlog coordinator --root URL``
+runs the transaction coordinator. Each subcommand lives with the component that owns it and
+is imported only when used, so ``txnlog dump`` never pays for the coordinator's imports.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+# subcommand -> module with add_arguments(parser) and run(args) -> int
+SUBCOMMANDS = {
+    "dump": ("txnlog.log_format.dump", "print log, index and txnindex files like kafka-dump-log"),
+    "coordinator": ("txnlog.coordinator.server", "run the transaction coordinator for a root"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="txnlog", description=__doc__)
+    parser = argparse.ArgumentParser(prog="txnlog", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("version", help="print the version")
+    chosen = (argv if argv is not None else sys.argv[1:])[:1]
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if chosen == [name]:
+            importlib.import_module(module_name).add_arguments(p)
     args = parser.parse_args(argv)
-    if args.command == "version":
-        from importlib.metadata import version
-
-        print(version("txnlog"))
-    return 0
+    module = importlib.import_module(SUBCOMMANDS[args.command][0])
+    return int(module.run(args) or 0)
 
 
 if __name__ == "__main__":
