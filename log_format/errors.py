@@ -50,5 +50,9 @@ class CompressionError(LogFormatError):
     """A compressed payload that cannot be decoded, or an unknown codec."""
 
 
+class CorruptIndexError(LogFormatError):
+    """An .index, .timeindex or .txnindex file that breaks Kafka's layout."""
+
+
 class InvalidTopicError(TxnlogError, ValueError):
     """A topic name that breaks Kafka's naming rules."""
