@@ -1,0 +1,286 @@
+"""Storage semantics on local files and on a real S3 server, incl. the put-if-absent race."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+from s3fs.errors import translate_boto_error
+from txnlog.log_format.storage import (
+    LocalStorage,
+    ObjectInfo,
+    RetryPolicy,
+    S3Storage,
+    Storage,
+    StorageConfigError,
+    StorageError,
+    s3fs_kwargs,
+)
+
+# ---------------------------------------------------------------------------- semantics
+
+
+def test_put_if_absent_semantics(any_root: str) -> None:
+    st = Storage.for_url(any_root)
+    assert st.put_if_absent("t-0/00000000000000000000.log", b"first") is True
+    # same bytes again: our own retry -> success
+    assert st.put_if_absent("t-0/00000000000000000000.log", b"first") is True
+    # other bytes: lost race, never overwritten
+    assert st.put_if_absent("t-0/00000000000000000000.log", b"second") is False
+    assert st.put_if_absent("t-0/00000000000000000000.log", b"firsT") is False
+    assert st.get("t-0/00000000000000000000.log") == b"first"
+
+
+def test_empty_object_is_a_fence(any_root: str) -> None:
+    st = Storage.for_url(any_root)
+    assert st.put_if_absent("t-0/00000000000000000005.log", b"") is True
+    assert st.put_if_absent("t-0/00000000000000000005.log", b"late zombie write") is False
+    assert st.size("t-0/00000000000000000005.log") == 0
+    assert st.get("t-0/00000000000000000005.log") == b""
+    assert st.list("t-0") == [ObjectInfo("00000000000000000005.log", 0)]
+
+
+def test_get_ranges_size_exists_delete(any_root: str) -> None:
+    st = Storage.for_url(any_root)
+    st.put("a/b/obj", b"0123456789")
+    assert st.get("a/b/obj") == b"0123456789"
+    assert st.get("a/b/obj", 2, 5) == b"234"
+    assert st.get("a/b/obj", 7) == b"789"
+    assert st.get("a/b/obj", 0, 1) == b"0"
+    assert st.get("a/b/obj", 5, 50) == b"56789"
+    assert st.get("a/b/obj", 4, 4) == b""
+    assert st.size("a/b/obj") == 10
+    assert st.exists("a/b/obj") and not st.exists("a/b/none") and not st.exists("a/b")
+    with pytest.raises(FileNotFoundError):
+        st.get("a/b/none")
+    with pytest.raises(FileNotFoundError):
+        st.get("a/b/none", 0, 4)
+    with pytest.raises(FileNotFoundError):
+        st.size("a/b/none")
+    st.put("a/b/obj", b"new")  # plain put overwrites (registration files)
+    assert st.get("a/b/obj") == b"new"
+    st.delete("a/b/obj")
+    st.delete("a/b/obj")  # idempotent
+    assert not st.exists("a/b/obj")
+
+
+def test_list_sorted_files_only(any_root: str) -> None:
+    st = Storage.for_url(any_root)
+    names = ["00000000000000000010.log", "00000000000000000002.log",
+             "00000000000000000002.txnindex", "00000000000000000000.log"]
+    for i, name in enumerate(names):
+        st.put_if_absent(f"orders-0/{name}", b"x" * i)
+    st.put_if_absent("orders-0/sub/nested", b"n")
+    listed = st.list("orders-0")
+    assert listed == sorted(ObjectInfo(n, i) for i, n in enumerate(names))
+    assert [o.name for o in listed] == sorted(names)
+    assert st.list("orders-1") == []
+    assert st.list("orders-0/") == listed
+    assert "orders-0" in st.list_dirs("")
+    assert st.list_dirs("orders-0") == ["sub"]
+
+
+def test_listing_is_never_stale(any_root: str) -> None:
+    st = Storage.for_url(any_root)
+    assert st.list("p-0") == []
+    st.put_if_absent("p-0/a", b"1")
+    assert [o.name for o in st.list("p-0")] == ["a"]
+    st.put_if_absent("p-0/b", b"2")
+    assert [o.name for o in st.list("p-0")] == ["a", "b"]
+    st.delete("p-0/a")
+    assert [o.name for o in st.list("p-0")] == ["b"]
+
+
+@pytest.mark.parametrize("bad", ["../x", "/abs", "a/../b", "a//b", "./a", ""])
+def test_paths_cannot_escape_the_root(file_root: str, bad: str) -> None:
+    st = Storage.for_url(file_root)
+    with pytest.raises(StorageConfigError):
+        st.put_if_absent(bad, b"x")
+
+
+def test_for_url_caches_per_root_and_options(file_root: str, tmp_path: Any) -> None:
+    a = Storage.for_url(file_root, {"unrelated": "x"})
+    assert Storage.for_url(file_root) is a
+    assert Storage.for_url(file_root + "/") is a
+    assert isinstance(a, LocalStorage)
+    assert Storage.for_url(str(tmp_path / "plain")).url == "file://" + str(tmp_path / "plain")
+    with pytest.raises(StorageConfigError, match="unsupported storage root"):
+        Storage.for_url("gopher://x/y")
+    with pytest.raises(StorageConfigError, match="no storage options"):
+        Storage.for_url(file_root, {"storage.endpoint_url": "http://x"})
+
+
+def test_local_put_if_absent_leaves_no_temp_files(file_root: str) -> None:
+    st = Storage.for_url(file_root)
+    st.put_if_absent("d/x", b"1")
+    st.put_if_absent("d/x", b"2")
+    st.put("d/y", b"3")
+    base = file_root[len("file://"):]
+    assert sorted(os.listdir(os.path.join(base, "d"))) == ["x", "y"]
+
+
+def test_s3_options_mapping() -> None:
+    kw = s3fs_kwargs({"endpoint_url": "http://127.0.0.1:1", "region": "eu-west-1",
+                      "key": "k", "secret": "s", "anon": "false", "path_style": "true",
+                      "config_kwargs": '{"connect_timeout": 3}', "max_concurrency": "4"})
+    assert kw == {"key": "k", "secret": "s", "anon": False, "max_concurrency": 4,
+                  "client_kwargs": {"endpoint_url": "http://127.0.0.1:1",
+                                    "region_name": "eu-west-1"},
+                  "config_kwargs": {"connect_timeout": 3, "s3": {"addressing_style": "path"}}}
+    with pytest.raises(StorageConfigError, match="anon"):
+        s3fs_kwargs({"anon": "maybe"})
+
+
+def test_s3_explicit_options(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`storage.*` options alone reach the server (no AWS environment)."""
+    for key in s3_server.env():
+        monkeypatch.delenv(key, raising=False)
+    st = Storage.for_url("s3://txnlog-tests/opts", s3_server.storage_options())
+    assert st.put_if_absent("x/y", b"hello") is True
+    assert Storage.for_url("s3://txnlog-tests/opts", s3_server.storage_options()) is st
+    assert st.get("x/y") == b"hello"
+
+
+def test_s3_missing_bucket_is_a_clear_error(s3_server: Any) -> None:
+    st = Storage.for_url("s3://no-such-bucket-here/p", s3_server.storage_options())
+    with pytest.raises(StorageError, match="no-such-bucket-here"):
+        st.put_if_absent("a", b"x")
+    with pytest.raises(StorageError, match="no-such-bucket-here"):
+        st.put("a", b"x")
+
+
+# ------------------------------------------------------------------- the race
+
+
+def _racer(root: str, env: dict[str, str], who: int, keys: int, barrier: Any,
+           results: Any) -> None:
+    os.environ.update(env)
+    st = Storage.for_url(root)
+    st.exists("race/warm-up")  # connect before the start line
+    barrier.wait(timeout=120)
+    won = [st.put_if_absent(f"race/{k:020d}.log", f"writer-{who}-{k}".encode() * (1 + k % 3))
+           for k in range(keys)]
+    results.put((who, won))
+
+
+@pytest.mark.parametrize("procs,keys", [(6, 25)])
+def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: int) -> None:
+    """All processes start together (barrier) and walk the same keys in the same order."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(procs)
+    results = ctx.Queue()
+    workers = [ctx.Process(target=_racer, args=(any_root, env, who, keys, barrier, results))
+               for who in range(procs)]
+    for w in workers:
+        w.start()
+    won = dict(results.get(timeout=300) for _ in workers)
+    for w in workers:
+        w.join(timeout=60)
+        assert w.exitcode == 0
+    st = Storage.for_url(any_root)
+    for k in range(keys):
+        winners = [who for who in range(procs) if won[who][k]]
+        assert len(winners) == 1, f"key {k}: winners {winners}"
+        held = st.get(f"race/{k:020d}.log")
+        assert held == f"writer-{winners[0]}-{k}".encode() * (1 + k % 3)
+    assert len(st.list("race")) == keys
+
+
+# ------------------------------------------------------- conditional-write reality
+
+
+class FlakyFs:
+    """Wraps a real s3fs filesystem; scripted failures shaped exactly as s3fs raises them."""
+
+    def __init__(self, real: Any, failures: list[BaseException], land_first: bool = False):
+        self.real = real
+        self.failures = failures
+        self.land_first = land_first
+        self.pipe_calls = 0
+
+    def pipe_file(self, path: str, data: bytes, **kw: Any) -> Any:
+        self.pipe_calls += 1
+        if self.failures:
+            exc = self.failures.pop(0)
+            if self.land_first:  # the PUT landed, but its answer was lost
+                self.real.pipe_file(path, data, **kw)
+                self.land_first = False
+            raise exc
+        return self.real.pipe_file(path, data, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def _client_error(status: int, code: str, condition: str | None = None) -> BaseException:
+    error: dict[str, str] = {"Code": code, "Message": f"{code} happened"}
+    if condition:
+        error["Condition"] = condition
+    err = ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": status}},
+                      "PutObject")
+    return translate_boto_error(err)
+
+
+def _flaky(s3_root: str, failures: list[BaseException], land_first: bool = False,
+           attempts: int = 4) -> tuple[S3Storage, FlakyFs]:
+    real = Storage.for_url(s3_root)
+    assert isinstance(real, S3Storage)
+    fs = FlakyFs(real.fs, failures, land_first)
+    st = S3Storage(real.bucket, real.prefix, {}, RetryPolicy(attempts, 0.001, 0.002), fs=fs)
+    return st, fs
+
+
+def test_412_shapes_s3fs_produces() -> None:
+    """Pin how s3fs reports 412s, since put_if_absent depends on it."""
+    named = _client_error(412, "PreconditionFailed", "If-None-Match")
+    assert isinstance(named, FileExistsError)
+    bare = _client_error(412, "PreconditionFailed")  # SeaweedFS, MinIO: no Condition
+    assert isinstance(bare, OSError) and not isinstance(bare, FileExistsError)
+    assert bare.errno == errno.EINVAL and isinstance(bare.__cause__, ClientError)
+
+
+def test_retried_put_whose_first_attempt_landed_is_success(s3_root: str) -> None:
+    # first attempt lands but times out; the retry then gets a 412 (bare, as SeaweedFS)
+    st, fs = _flaky(s3_root, [EndpointConnectionError(endpoint_url="http://x")],
+                    land_first=True)
+    assert st.put_if_absent("k/0.log", b"ours") is True
+    assert fs.pipe_calls == 2
+    assert st.get("k/0.log") == b"ours"
+
+
+def test_412_with_other_bytes_is_a_lost_race(s3_root: str) -> None:
+    st, _ = _flaky(s3_root, [])
+    assert st.put_if_absent("k/1.log", b"theirs") is True
+    assert st.put_if_absent("k/1.log", b"ours") is False  # real server's bare 412
+    st2, _ = _flaky(s3_root, [_client_error(412, "PreconditionFailed", "If-None-Match")])
+    assert st2.put_if_absent("k/1.log", b"ours") is False
+    assert st.get("k/1.log") == b"theirs"
+
+
+@pytest.mark.parametrize("status,code", [(409, "ConditionalRequestConflict"),
+                                         (503, "SlowDown"), (500, "InternalError"),
+                                         (503, "503")])
+def test_transient_errors_are_retried(s3_root: str, status: int, code: str) -> None:
+    st, fs = _flaky(s3_root, [_client_error(status, code), _client_error(status, code)])
+    assert st.put_if_absent(f"k/{status}-{code}.log", b"data") is True
+    assert fs.pipe_calls == 3
+
+
+def test_persistent_throttling_gives_a_clear_error(s3_root: str) -> None:
+    st, fs = _flaky(s3_root, [_client_error(503, "SlowDown") for _ in range(10)], attempts=3)
+    with pytest.raises(StorageError, match=r"k/slow\.log.*after 3 attempts") as info:
+        st.put_if_absent("k/slow.log", b"data")
+    assert fs.pipe_calls == 3
+    assert "SlowDown" in str(info.value)
+
+
+def test_access_denied_is_not_retried(s3_root: str) -> None:
+    st, fs = _flaky(s3_root, [_client_error(403, "AccessDenied")] * 5)
+    with pytest.raises(StorageError, match=r"k/denied\.log"):
+        st.put_if_absent("k/denied.log", b"data")
+    assert fs.pipe_calls == 1
