@@ -1,0 +1,145 @@
+"""Object names under a root (DESIGN.md section 3): one place that builds and parses them.
+
+Everything that reaches storage is built here from validated parts, so a topic name can never
+smuggle a path (`../x`, `a/b`) and every segment name sorts in offset order (20 digits, as
+Kafka names its files).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import InvalidTopicError
+
+MAX_TOPIC_LENGTH = 249
+OFFSET_DIGITS = 20
+EPOCH_DIGITS = 10
+MAX_OFFSET = 2**63 - 1
+
+META_DIR = "_meta"
+TOPICS_DIR = "_meta/topics"
+STABLE_DIR = "_stable"
+COORDINATOR_FILE = "_coordinator.json"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_DIR = f"{TRANSACTION_STATE_TOPIC}-0"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+LOG_SUFFIX = ".log"
+TXNINDEX_SUFFIX = ".txnindex"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, TXNINDEX_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX,
+                    SNAPSHOT_SUFFIX)
+
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
+_SEGMENT_RE = re.compile(r"(\d{20})(\.[a-z]+)")
+_STABLE_RE = re.compile(r"(\d{10})-(\d{20})\.json")
+_PARTITION_DIR_RE = re.compile(r"(.+)-(0|[1-9]\d*)")
+
+
+def validate_topic(name: object) -> str:
+    """Return `name` if Kafka would accept it as a topic name, else raise InvalidTopicError."""
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"topic name must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidTopicError("topic name is empty; use 1-249 characters of [a-zA-Z0-9._-]")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed (it is a path component)")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters long; at most {MAX_TOPIC_LENGTH} allowed")
+    if not _TOPIC_RE.fullmatch(name):
+        bad = sorted({c for c in name if not _TOPIC_RE.fullmatch(c)})
+        raise InvalidTopicError(
+            f"topic name {name!r} contains {''.join(bad)!r}; only ASCII letters, digits, "
+            "'.', '_' and '-' are allowed")
+    return name
+
+
+def validate_partition(partition: object) -> int:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be an int >= 0, got {partition!r}")
+    return partition
+
+
+def _validate_offset(offset: object, what: str = "offset") -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise ValueError(f"{what} must be an int in [0, 2**63), got {offset!r}")
+    return offset
+
+
+def partition_dir(topic: str, partition: int) -> str:
+    """`<topic>-<partition>`, Kafka's log dir name."""
+    return f"{validate_topic(topic)}-{validate_partition(partition)}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a `<topic>-<p>` dir name, or None if it is not one."""
+    m = _PARTITION_DIR_RE.fullmatch(name)
+    if m is None:
+        return None
+    try:
+        return validate_topic(m.group(1)), int(m.group(2))
+    except InvalidTopicError:
+        return None
+
+
+def segment_name(base_offset: int, suffix: str = LOG_SUFFIX) -> str:
+    """`<20-digit base offset><suffix>`, e.g. `00000000000000000042.log`."""
+    if suffix not in SEGMENT_SUFFIXES:
+        raise ValueError(f"unknown segment suffix {suffix!r}; one of {SEGMENT_SUFFIXES}")
+    return f"{_validate_offset(base_offset, 'base offset'):0{OFFSET_DIGITS}d}{suffix}"
+
+
+class SegmentName(NamedTuple):
+    base_offset: int
+    suffix: str
+
+
+def parse_segment_name(name: str) -> SegmentName | None:
+    """(base offset, suffix) of a segment object name, or None for anything else."""
+    m = _SEGMENT_RE.fullmatch(name)
+    if m is None or m.group(2) not in SEGMENT_SUFFIXES:
+        return None
+    return SegmentName(int(m.group(1)), m.group(2))
+
+
+def segment_path(topic: str, partition: int, base_offset: int,
+                 suffix: str = LOG_SUFFIX) -> str:
+    return f"{partition_dir(topic, partition)}/{segment_name(base_offset, suffix)}"
+
+
+def topic_meta_path(topic: str) -> str:
+    return f"{TOPICS_DIR}/{validate_topic(topic)}.json"
+
+
+def stable_name(coordinator_epoch: int, seq: int) -> str:
+    """`<epoch 10 digits>-<seq 20 digits>.json`: names sort as (epoch, seq)."""
+    if isinstance(coordinator_epoch, bool) or not isinstance(coordinator_epoch, int) \
+            or not 0 <= coordinator_epoch < 2**31:
+        raise ValueError(f"coordinator epoch must be an int32 >= 0, got {coordinator_epoch!r}")
+    return f"{coordinator_epoch:0{EPOCH_DIGITS}d}-{_validate_offset(seq, 'seq'):020d}.json"
+
+
+def parse_stable_name(name: str) -> tuple[int, int] | None:
+    """(coordinator epoch, seq) of a stable-snapshot name, or None."""
+    m = _STABLE_RE.fullmatch(name)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def stable_path(coordinator_epoch: int, seq: int) -> str:
+    return f"{STABLE_DIR}/{stable_name(coordinator_epoch, seq)}"
+
+
+def txn_state_log_path(base_offset: int) -> str:
+    return f"{TRANSACTION_STATE_DIR}/{segment_name(base_offset, LOG_SUFFIX)}"
+
+
+def txn_state_snapshot_path(offset: int) -> str:
+    return f"{TRANSACTION_STATE_DIR}/{segment_name(offset, SNAPSHOT_SUFFIX)}"
+
+
+def consumer_offsets_dir(partition: int) -> str:
+    return partition_dir(CONSUMER_OFFSETS_TOPIC, partition)

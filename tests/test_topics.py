@@ -1,0 +1,49 @@
+"""Topic metadata: put-if-absent creation, first creator wins."""
+
+from __future__ import annotations
+
+import pytest
+from txnlog.log_format.errors import InvalidTopicError
+from txnlog.log_format.storage import Storage
+from txnlog.log_format.topics import (
+    TopicMeta,
+    TopicMetadataError,
+    UnknownTopicError,
+    create_topic,
+    list_topics,
+    read_topic,
+)
+
+
+def test_create_read_list(any_root: str) -> None:
+    st = Storage.for_url(any_root)
+    assert list_topics(st) == []
+    meta = create_topic(st, "orders", 4, {"retention.ms": 1000}, now_ms=5)
+    assert meta == TopicMeta("orders", 4, {"retention.ms": "1000"}, 5)
+    assert read_topic(st, "orders") == meta
+    # a second creator gets the first one's metadata, whatever it asked for
+    assert create_topic(st, "orders", 9, now_ms=6) == meta
+    create_topic(st, "__consumer_offsets", 50)
+    create_topic(st, "a.b_c", 1)
+    assert list_topics(st) == ["__consumer_offsets", "a.b_c", "orders"]
+
+
+def test_unknown_and_invalid(file_root: str) -> None:
+    st = Storage.for_url(file_root)
+    with pytest.raises(UnknownTopicError, match="'nope' does not exist"):
+        read_topic(st, "nope")
+    with pytest.raises(InvalidTopicError):
+        create_topic(st, "../escape", 1)
+    with pytest.raises(InvalidTopicError):
+        read_topic(st, "a/b")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="partitions"):
+            create_topic(st, "t", bad)  # type: ignore[arg-type]
+    assert list_topics(st) == []
+
+
+def test_corrupt_metadata_is_named(file_root: str) -> None:
+    st = Storage.for_url(file_root)
+    st.put("_meta/topics/bad.json", b"{not json")
+    with pytest.raises(TopicMetadataError, match=r"bad\.json"):
+        read_topic(st, "bad")
