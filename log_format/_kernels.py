@@ -1,0 +1,402 @@
+"""Compiled (numba) kernels of the Arrow hot paths: batch scan and record walk.
+
+Records are varint-framed, so finding their boundaries is a sequential walk; it runs here at
+native speed. numba does not bounds-check array accesses, so every read below is checked by
+hand against the end of its record, batch or buffer. Kernels never raise: they return a
+status code and the byte position of the fault, and the Python callers raise typed errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Kernel status codes (0 = ok). Python turns them into typed errors (arrow_decode.py).
+OK = 0
+E_HEADER = 1          # batch header invalid: re-parsed by batch_header.parse_header for its error
+E_TRUNCATED = 2       # a field runs past its record (or the record past its batch)
+E_VARINT = 3          # a varint longer than 5 (varlong: 10) bytes
+E_RECORD_LENGTH = 4   # negative record length
+E_FIELD_LENGTH = 5    # key/value/header length < -1 or beyond its record
+E_SIZE_MISMATCH = 6   # record fields did not consume exactly its declared length
+E_COUNT = 7           # batch ended before recordsCount records
+E_LEFTOVER = 8        # bytes remain after recordsCount records
+E_HEADER_COUNT = 9    # negative header count
+E_HEADER_KEY = 10     # negative (null) header key length
+E_CONTROL_KEY = 11    # control record key shorter than 4 bytes or negative version
+E_CAPACITY = 12       # output capacity exceeded (cannot happen for consistent inputs)
+
+# control_type column values besides the record's own (non-negative) type.
+CONTROL_NONE = -1      # not a control batch
+CONTROL_EMPTY = -2     # control batch without records (compacted); ignored like Kafka
+CONTROL_UNKNOWN = -3   # negative type id: Kafka's ControlRecordType.UNKNOWN
+CONTROL_PENDING = -4   # compressed control batch: resolved in Python after decompression
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+MIN_RECORD_SIZE = 7
+
+# Columns of the int64 matrix the scan fills (arrow_scan builds the structured array).
+SCAN_COLUMNS = ("position", "size", "base_offset", "last_offset_delta", "attributes",
+                "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+                "base_sequence", "records_count", "control_type")
+
+
+@njit(cache=True, nogil=True)
+def _be(buf, pos, width):
+    """Signed big-endian integer of ``width`` bytes at ``pos`` (caller checked bounds)."""
+    v = np.int64(0)
+    for i in range(width):
+        v = (v << 8) | np.int64(buf[pos + i])
+    shift = 64 - 8 * width
+    if shift > 0:
+        v = (v << shift) >> shift  # sign-extend
+    return v
+
+
+@njit(cache=True, nogil=True)
+def read_varint(buf, pos, end):
+    """Zigzag varint (int32, at most 5 bytes) -> (value, new pos); pos -1 truncated, -2 long."""
+    raw = np.int64(0)
+    shift = 0
+    while True:
+        if pos >= end:
+            return np.int64(0), -1
+        b = np.int64(buf[pos])
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 28:
+            return np.int64(0), -2
+    raw &= 0xFFFFFFFF
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+@njit(cache=True, nogil=True)
+def read_varlong(buf, pos, end):
+    """Zigzag varlong (int64, at most 10 bytes) -> (value, new pos); pos -1/-2 as above."""
+    raw = np.int64(0)
+    shift = 0
+    while True:
+        if pos >= end:
+            return np.int64(0), -1
+        b = np.int64(buf[pos])
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            return np.int64(0), -2
+    return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
+
+
+@njit(cache=True, nogil=True)
+def _varint_status(pos):
+    return E_TRUNCATED if pos == -1 else E_VARINT
+
+
+@njit(cache=True, nogil=True)
+def control_type_at(buf, pos, end):
+    """Type id of the control record starting at ``pos`` -> (type, status)."""
+    length, p = read_varint(buf, pos, end)
+    if p < 0:
+        return CONTROL_NONE, _varint_status(p)
+    if length < 0 or length > end - p:
+        return CONTROL_NONE, E_TRUNCATED
+    rec_end = p + length
+    if p >= rec_end:
+        return CONTROL_NONE, E_TRUNCATED
+    p += 1  # attributes
+    _, p = read_varlong(buf, p, rec_end)
+    if p < 0:
+        return CONTROL_NONE, _varint_status(p)
+    _, p = read_varint(buf, p, rec_end)
+    if p < 0:
+        return CONTROL_NONE, _varint_status(p)
+    klen, p = read_varint(buf, p, rec_end)
+    if p < 0:
+        return CONTROL_NONE, _varint_status(p)
+    if klen < 4 or klen > rec_end - p:
+        return CONTROL_NONE, E_CONTROL_KEY
+    version = _be(buf, p, 2)
+    if version < 0:
+        return CONTROL_NONE, E_CONTROL_KEY
+    ctype = _be(buf, p + 2, 2)
+    if ctype < 0:
+        return CONTROL_UNKNOWN, OK
+    return ctype, OK
+
+
+@njit(cache=True, nogil=True)
+def scan(buf, out, fill, max_batch_length):
+    """Walk batch headers; -> (status, position, count). Fills ``out`` rows when ``fill``."""
+    n = buf.shape[0]
+    pos = 0
+    count = 0
+    while pos < n:
+        avail = n - pos
+        if avail < HEADER_SIZE:
+            return E_HEADER, pos, count
+        blen = _be(buf, pos + 8, 4)
+        if blen < MIN_BATCH_LENGTH or blen > max_batch_length:
+            return E_HEADER, pos, count
+        if buf[pos + 16] != 2:
+            return E_HEADER, pos, count
+        size = LOG_OVERHEAD + blen
+        if size > avail:
+            return E_HEADER, pos, count
+        attributes = _be(buf, pos + 21, 2)
+        last_delta = _be(buf, pos + 23, 4)
+        records = _be(buf, pos + 57, 4)
+        if records < 0 or last_delta < 0:
+            return E_HEADER, pos, count
+        if (attributes & 7) == 0 and records * MIN_RECORD_SIZE > blen - MIN_BATCH_LENGTH:
+            return E_HEADER, pos, count
+        ctype = np.int64(CONTROL_NONE)
+        if attributes & 0x20:
+            if records == 0:
+                ctype = CONTROL_EMPTY
+            elif attributes & 7:
+                ctype = CONTROL_PENDING
+            else:
+                ctype, st = control_type_at(buf, pos + HEADER_SIZE, pos + size)
+                if st != OK:
+                    return st, pos, count
+        if fill:
+            if count >= out.shape[0]:
+                return E_CAPACITY, pos, count
+            row = out[count]
+            row[0] = pos
+            row[1] = size
+            row[2] = _be(buf, pos, 8)
+            row[3] = last_delta
+            row[4] = attributes
+            row[5] = _be(buf, pos + 27, 8)
+            row[6] = _be(buf, pos + 35, 8)
+            row[7] = _be(buf, pos + 43, 8)
+            row[8] = _be(buf, pos + 51, 2)
+            row[9] = _be(buf, pos + 53, 4)
+            row[10] = records
+            row[11] = ctype
+        count += 1
+        pos += size
+    return OK, pos, count
+
+
+@njit(cache=True, nogil=True)
+def _grow_i32(a, need):
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), np.int32)
+    b[: a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _grow_u8(a, need):
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), np.uint8)
+    b[: a.shape[0]] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _copy(dst, dpos, src, spos, n):
+    for j in range(n):
+        dst[dpos + j] = src[spos + j]
+
+
+@njit(cache=True, nogil=True)
+def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_append, counts,
+                   start_offset, end_offset, want_headers, n_cap, data_cap):
+    """Walk the records of the given batch regions into Arrow-ready column buffers.
+
+    ``reg_start/reg_end`` bound each batch's record bytes in ``buf`` (the input itself, or
+    decompressed payloads). Records outside [start_offset, end_offset) are validated but not
+    emitted. Returns (status, batch index, error position, rows, column buffers...).
+    """
+    nb = reg_start.shape[0]
+    bm = (n_cap + 8) // 8
+    key_off = np.empty(n_cap + 1, np.int32)
+    val_off = np.empty(n_cap + 1, np.int32)
+    key_data = np.empty(data_cap, np.uint8)
+    val_data = np.empty(data_cap, np.uint8)
+    key_valid = np.zeros(bm, np.uint8)
+    val_valid = np.zeros(bm, np.uint8)
+    offsets = np.empty(n_cap, np.int64)
+    stamps = np.empty(n_cap, np.int64)
+    ts_types = np.empty(n_cap, np.int32)
+    hcap = 64 if want_headers else 1
+    list_off = np.empty(n_cap + 1 if want_headers else 1, np.int32)
+    list_valid = np.zeros(bm if want_headers else 1, np.uint8)
+    hk_off = np.empty(hcap + 1, np.int32)
+    hv_off = np.empty(hcap + 1, np.int32)
+    hv_valid = np.zeros((hcap + 8) // 8, np.uint8)
+    hk_data = np.empty(hcap * 8, np.uint8)
+    hv_data = np.empty(hcap * 8, np.uint8)
+    key_off[0] = 0
+    val_off[0] = 0
+    list_off[0] = 0
+    hk_off[0] = 0
+    hv_off[0] = 0
+    n = 0
+    kpos = 0
+    vpos = 0
+    nh = 0
+    hkpos = 0
+    hvpos = 0
+    status = OK
+    eb = -1
+    epos = -1
+    for b in range(nb):
+        pos = reg_start[b]
+        end = reg_end[b]
+        bo = base_offset[b]
+        bts = base_ts[b]
+        lat = log_append[b] != 0
+        mts = max_ts[b]
+        rec = pos
+        for _ in range(counts[b]):
+            rec = pos
+            if pos >= end:
+                status = E_COUNT
+                break
+            length, pos = read_varint(buf, pos, end)
+            if pos < 0:
+                status = _varint_status(pos)
+                break
+            if length < 0:
+                status = E_RECORD_LENGTH
+                break
+            if length > end - pos:
+                status = E_TRUNCATED
+                break
+            rec_end = pos + length
+            if pos >= rec_end:
+                status = E_TRUNCATED
+                break
+            pos += 1  # attributes: unused
+            tsd, pos = read_varlong(buf, pos, rec_end)
+            if pos < 0:
+                status = _varint_status(pos)
+                break
+            od, pos = read_varint(buf, pos, rec_end)
+            if pos < 0:
+                status = _varint_status(pos)
+                break
+            klen, pos = read_varint(buf, pos, rec_end)
+            if pos < 0:
+                status = _varint_status(pos)
+                break
+            if klen < -1 or klen > rec_end - pos:
+                status = E_FIELD_LENGTH
+                break
+            kstart = pos
+            if klen > 0:
+                pos += klen
+            vlen, pos = read_varint(buf, pos, rec_end)
+            if pos < 0:
+                status = _varint_status(pos)
+                break
+            if vlen < -1 or vlen > rec_end - pos:
+                status = E_FIELD_LENGTH
+                break
+            vstart = pos
+            if vlen > 0:
+                pos += vlen
+            hcount, pos = read_varint(buf, pos, rec_end)
+            if pos < 0:
+                status = _varint_status(pos)
+                break
+            if hcount < 0:
+                status = E_HEADER_COUNT
+                break
+            offset = bo + od
+            keep = offset >= start_offset and offset < end_offset
+            if keep:
+                if n >= n_cap or kpos + klen > data_cap or vpos + vlen > data_cap:
+                    status = E_CAPACITY
+                    break
+                bit = np.uint8(1 << (n & 7))
+                if klen >= 0:
+                    _copy(key_data, kpos, buf, kstart, klen)
+                    kpos += klen
+                    key_valid[n >> 3] |= bit
+                if vlen >= 0:
+                    _copy(val_data, vpos, buf, vstart, vlen)
+                    vpos += vlen
+                    val_valid[n >> 3] |= bit
+                key_off[n + 1] = kpos
+                val_off[n + 1] = vpos
+                offsets[n] = offset
+                stamps[n] = (mts if lat else bts + tsd) * 1000
+                ts_types[n] = 1 if lat else 0
+            for _h in range(hcount):
+                hklen, pos = read_varint(buf, pos, rec_end)
+                if pos < 0:
+                    status = _varint_status(pos)
+                    break
+                if hklen < 0:
+                    status = E_HEADER_KEY
+                    break
+                if hklen > rec_end - pos:
+                    status = E_FIELD_LENGTH
+                    break
+                hkstart = pos
+                pos += hklen
+                hvlen, pos = read_varint(buf, pos, rec_end)
+                if pos < 0:
+                    status = _varint_status(pos)
+                    break
+                if hvlen < -1 or hvlen > rec_end - pos:
+                    status = E_FIELD_LENGTH
+                    break
+                hvstart = pos
+                if hvlen > 0:
+                    pos += hvlen
+                if keep and want_headers:
+                    hk_off = _grow_i32(hk_off, nh + 2)
+                    hv_off = _grow_i32(hv_off, nh + 2)
+                    if hv_valid.shape[0] <= (nh >> 3):
+                        grown = np.zeros(2 * hv_valid.shape[0] + 1, np.uint8)
+                        grown[: hv_valid.shape[0]] = hv_valid
+                        hv_valid = grown
+                    hk_data = _grow_u8(hk_data, hkpos + hklen)
+                    _copy(hk_data, hkpos, buf, hkstart, hklen)
+                    hkpos += hklen
+                    if hvlen >= 0:
+                        hv_data = _grow_u8(hv_data, hvpos + hvlen)
+                        _copy(hv_data, hvpos, buf, hvstart, hvlen)
+                        hvpos += hvlen
+                        hv_valid[nh >> 3] |= np.uint8(1 << (nh & 7))
+                    nh += 1
+                    hk_off[nh] = hkpos
+                    hv_off[nh] = hvpos
+            if status != OK:
+                break
+            if pos != rec_end:
+                status = E_SIZE_MISMATCH
+                break
+            if keep:
+                if want_headers:
+                    list_off[n + 1] = nh
+                    if hcount > 0:
+                        list_valid[n >> 3] |= np.uint8(1 << (n & 7))
+                n += 1
+        if status != OK:
+            eb = b
+            epos = rec
+            break
+        if pos != end:
+            status = E_LEFTOVER
+            eb = b
+            epos = pos
+            break
+    return (status, eb, epos, n, kpos, vpos, key_off, key_data, key_valid, val_off, val_data,
+            val_valid, offsets, stamps, ts_types, nh, hkpos, hvpos, list_off, list_valid,
+            hk_off, hk_data, hv_off, hv_data, hv_valid)

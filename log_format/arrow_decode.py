@@ -1,0 +1,184 @@
+"""Kafka v2 batches -> one Arrow RecordBatch with Spark's Kafka source schema.
+
+Python does per-batch work only (plan, CRC, decompression); the record walk is compiled
+(_kernels.decode_records) and its buffers become Arrow arrays without copies.
+Uncompressed batches are decoded straight from the input buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from . import _kernels as K
+from .arrow_scan import (
+    MAX_DECOMPRESSED_BATCH,
+    AbortedFilter,
+    as_u8,
+    kernel_message,
+    scan_batches,
+    verify_batch_crcs,
+)
+from .batch_header import CONTROL_FLAG, HEADER_SIZE, TIMESTAMP_TYPE_MASK
+from .compression import decompress
+from .errors import CorruptBatchError, LogFormatError
+
+MAX_OFFSET = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+
+def read_schema(include_headers: bool = False) -> pa.Schema:
+    """Spark's Kafka source schema, as PySpark's to_arrow_schema(timezone="UTC") gives it."""
+    fields = [
+        pa.field("key", pa.binary()), pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()), pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADERS_TYPE))
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    batch: pa.RecordBatch
+    next_offset: int
+
+
+def decode_to_arrow(data: Any, *, topic: str, partition: int, start_offset: int = 0,
+                    end_offset: int = MAX_OFFSET, aborted: AbortedFilter | None = None,
+                    include_headers: bool = False, verify_crc: bool = True,
+                    source: str | None = None) -> DecodeResult:
+    """Decode the records in [start_offset, end_offset) of whole v2 batches to Arrow.
+
+    Control batches are consumed but not returned; with ``aborted`` (read_committed) batches of
+    aborted transactions are skipped. ``next_offset`` is the offset after the last batch
+    consumed (capped at end_offset), or start_offset if none was.
+    """
+    buf = as_u8(data)
+    index = scan_batches(buf, source=source, verify_crc=False)
+    last = index["base_offset"] + index["last_offset_delta"]
+    consumed = index[(last >= start_offset) & (index["base_offset"] < end_offset)]
+    next_offset = start_offset
+    if len(consumed):
+        tail = consumed[-1]
+        tail_next = int(tail["base_offset"]) + int(tail["last_offset_delta"]) + 1
+        next_offset = max(start_offset, min(tail_next, end_offset))
+    if verify_crc:
+        verify_batch_crcs(buf, consumed, source=source)
+    keep = (consumed["attributes"] & CONTROL_FLAG) == 0
+    if aborted is not None:
+        keep &= aborted.keep(consumed)
+    batches = consumed[keep & (consumed["records_count"] > 0)]
+    records, starts, ends = _record_regions(buf, batches, source)
+    counts = batches["records_count"].astype(np.int64)
+    n_cap = int(counts.sum())
+    data_cap = int((ends - starts).sum())
+    if data_cap > _INT32_MAX:
+        raise LogFormatError(
+            f"{data_cap} bytes of records are too many for one Arrow batch; decode a smaller "
+            "offset range")
+    log_append = ((batches["attributes"] & TIMESTAMP_TYPE_MASK) != 0).astype(np.uint8)
+    out = K.decode_records(records, starts, ends, batches["base_offset"],
+                           batches["base_timestamp"], batches["max_timestamp"], log_append,
+                           counts, start_offset, end_offset, include_headers, n_cap, data_cap)
+    status, eb, epos = out[0], out[1], out[2]
+    if status != K.OK:
+        row = batches[eb]
+        where = int(epos)
+        if records is not buf:
+            message = (f"{kernel_message(status)} (byte {where - int(starts[eb])} of the "
+                       "decompressed records)")
+            where = int(row["position"])
+        else:
+            message = kernel_message(status)
+        raise CorruptBatchError(message, position=where, offset=int(row["base_offset"]),
+                                source=source)
+    batch = _to_record_batch(out, topic, partition, include_headers)
+    return DecodeResult(batch, next_offset)
+
+
+def _record_regions(buf: np.ndarray, batches: np.ndarray,
+                    source: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each batch's record bytes are: in ``buf`` if none is compressed, else in one
+    buffer of the decompressed payloads (uncompressed batches copied alongside)."""
+    starts = batches["position"] + HEADER_SIZE
+    ends = batches["position"] + batches["size"]
+    codecs = batches["attributes"] & 7
+    if not codecs.any():
+        return buf, starts, ends
+    view = memoryview(buf)
+    parts: list[Any] = []
+    for pos, end, codec, base, count in zip(starts.tolist(), ends.tolist(), codecs.tolist(),
+                                            batches["base_offset"].tolist(),
+                                            batches["records_count"].tolist(), strict=True):
+        payload = view[pos:end]
+        if codec:
+            try:
+                payload = decompress(codec, payload, max_size=MAX_DECOMPRESSED_BATCH)
+            except LogFormatError as exc:
+                raise CorruptBatchError(str(exc), position=pos - HEADER_SIZE, offset=base,
+                                        source=source) from exc
+            if count * K.MIN_RECORD_SIZE > len(payload):
+                raise CorruptBatchError(
+                    f"record count {count} cannot fit in {len(payload)} decompressed bytes",
+                    position=pos - HEADER_SIZE, offset=base, source=source)
+        parts.append(payload)
+    sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
+    new_ends = np.cumsum(sizes)
+    return as_u8(b"".join(parts)), new_ends - sizes, new_ends
+
+
+def _binary(type_: pa.DataType, n: int, valid: np.ndarray, nulls: int, off: np.ndarray,
+            data: np.ndarray, used: int) -> pa.Array:
+    validity = pa.py_buffer(valid) if nulls else None
+    return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(off[:n + 1]),
+                                            pa.py_buffer(data[:used])], null_count=nulls)
+
+
+def _to_record_batch(out: tuple, topic: str, partition: int,
+                     include_headers: bool) -> pa.RecordBatch:
+    (_, _, _, n, kpos, vpos, key_off, key_data, key_valid, val_off, val_data, val_valid,
+     offsets, stamps, ts_types, nh, hkpos, hvpos, list_off, list_valid, hk_off, hk_data,
+     hv_off, hv_data, hv_valid) = out
+    key_nulls = n - int(np.unpackbits(key_valid, count=n, bitorder="little").sum()) if n else 0
+    val_nulls = n - int(np.unpackbits(val_valid, count=n, bitorder="little").sum()) if n else 0
+    topic_bytes = topic.encode("utf-8")
+    topic_off = np.arange(0, (n + 1) * len(topic_bytes), len(topic_bytes) or 1, dtype=np.int32) \
+        if topic_bytes else np.zeros(n + 1, np.int32)
+    columns = [
+        _binary(pa.binary(), n, key_valid, key_nulls, key_off, key_data, kpos),
+        _binary(pa.binary(), n, val_valid, val_nulls, val_off, val_data, vpos),
+        pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(topic_off[:n + 1]),
+                                               pa.py_buffer(topic_bytes * n)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(
+            np.full(n, partition, np.int32))]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets[:n])]),
+        pa.Array.from_buffers(TIMESTAMP_TYPE, n, [None, pa.py_buffer(stamps[:n])]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ts_types[:n])]),
+    ]
+    if include_headers:
+        hv_nulls = nh - int(np.unpackbits(hv_valid, count=nh, bitorder="little").sum()) \
+            if nh else 0
+        hkeys = _binary(pa.string(), nh, np.empty(0, np.uint8), 0, hk_off, hk_data, hkpos)
+        try:
+            hkeys.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise LogFormatError(f"a record header key is not valid UTF-8: {exc}") from exc
+        hvals = _binary(pa.binary(), nh, hv_valid, hv_nulls, hv_off, hv_data, hvpos)
+        structs = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE))
+        list_nulls = n - int(np.unpackbits(list_valid, count=n, bitorder="little").sum()) \
+            if n else 0
+        columns.append(pa.Array.from_buffers(
+            HEADERS_TYPE, n,
+            [pa.py_buffer(list_valid) if list_nulls else None, pa.py_buffer(list_off[:n + 1])],
+            null_count=list_nulls, children=[structs]))
+    return pa.RecordBatch.from_arrays(columns, schema=read_schema(include_headers))

@@ -1,0 +1,222 @@
+"""Arrow columns of one partition -> Kafka v2 batches, byte for byte what Kafka's producer builds.
+
+Every length is known up front, so records are sized and split into batches by one compiled
+pass and written by another (_encode_kernels); Python only compresses and checksums per
+batch. Batches carry baseOffset 0: the coordinator assigns offsets later and
+``EncodedRecords.with_base_offset`` stamps them without re-encoding (baseOffset is outside the
+CRC).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import _encode_kernels as E
+from .arrow_scan import as_u8
+from .batch_header import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    TRANSACTIONAL_FLAG,
+    finish_batch,
+    increment_sequence,
+    pack_header,
+)
+from .compression import Codec, compress
+from .crc import crc32c
+
+_UNIT_DIVISORS = {"us": 1000, "ns": 1_000_000}
+_EMPTY_I64 = np.zeros(1, np.int64)
+_EMPTY_U8 = np.zeros(1, np.uint8)
+
+
+@dataclass
+class EncodedRecords:
+    """Whole v2 batches (baseOffset 0, valid CRCs) of one partition's records."""
+
+    data: bytearray
+    positions: np.ndarray  # int64 start of each batch in data
+    counts: np.ndarray  # int32 records per batch
+    record_count: int
+
+    def with_base_offset(self, base: int) -> bytes:
+        """The batches with batch i at offset base + sum(counts[:i]); CRCs stay valid."""
+        bases = base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
+        ends = [*self.positions[1:].tolist(), len(self.data)]
+        view = memoryview(self.data)
+        parts: list[Any] = []
+        for pos, end, off in zip(self.positions.tolist(), ends, bases.tolist(), strict=True):
+            parts.append(struct.pack(">q", off))
+            parts.append(view[pos + 8:end])
+        return b"".join(parts)
+
+
+def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
+                 producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
+                 compression: Codec | int | str = Codec.NONE, level: int | None = None,
+                 max_batch_bytes: int = 1 << 20, now_ms: int | None = None) -> EncodedRecords:
+    """Encode one partition's records: ``value`` (binary|string, nulls are tombstones), and
+    optional ``key``, ``headers`` (list<struct<key string, value binary>>) and ``timestamp``
+    (Arrow timestamp of any unit/tz, or int64 ms; null or missing -> ``now_ms``).
+
+    Batches hold at most ``max_batch_bytes`` (header included; a larger record gets a batch
+    of its own), in uncompressed bytes, as Kafka's producer fills ``batch.size``.
+    """
+    codec = Codec.parse(compression)
+    names = columns.schema.names
+    if "value" not in names:
+        raise ValueError("encode_arrow needs a 'value' column (binary or string)")
+    n = columns.num_rows
+    if n == 0:
+        return EncodedRecords(bytearray(), np.empty(0, np.int64), np.empty(0, np.int32), 0)
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    v_off, v_valid, v_data = _binary_parts(_column(columns, "value"), "value")
+    key = _column(columns, "key")
+    if key is None:
+        k_off, k_valid, k_data = np.zeros(n + 1, np.int64), np.zeros(n, np.uint8), _EMPTY_U8
+    else:
+        k_off, k_valid, k_data = _binary_parts(key, "key")
+    ts = _timestamps_ms(_column(columns, "timestamp"), n, now_ms)
+    headers = _column(columns, "headers")
+    has_headers = headers is not None
+    if has_headers:
+        h_list_off, h_list_valid, (hk_off, _, hk_data), (hv_off, hv_valid, hv_data) = \
+            _header_parts(headers)
+    else:
+        h_list_off, h_list_valid = _EMPTY_I64, _EMPTY_U8
+        hk_off = hv_off = _EMPTY_I64
+        hk_data = hv_valid = hv_data = _EMPTY_U8
+    status, row, nb, body, first, region, max_ts = E.plan(
+        v_off, v_valid, len(v_data), k_off, k_valid, len(k_data), ts, has_headers, h_list_off,
+        h_list_valid, hk_off, len(hk_data), hv_off, hv_valid, len(hv_data),
+        max(int(max_batch_bytes), 0))
+    if status == E.E_RECORD_TOO_LARGE:
+        raise ValueError(f"record {row} is too large for a Kafka batch (int32 lengths)")
+    if status != E.OK:
+        raise ValueError(f"record {row}: Arrow offsets point outside their data buffer")
+    first, region, max_ts = first[:nb + 1], region[:nb], max_ts[:nb]
+    counts = np.diff(first).astype(np.int32)
+    attributes = int(codec) | (TRANSACTIONAL_FLAG if transactional else 0)
+    payload_args = (first, region, max_ts, body, v_off, v_valid, v_data, k_off, k_valid, k_data,
+                    ts, has_headers, h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid,
+                    hv_data, attributes, int(producer_id), int(producer_epoch),
+                    int(base_sequence))
+    if codec is Codec.NONE:
+        sizes = region + HEADER_SIZE
+        positions = np.cumsum(sizes) - sizes
+        data = bytearray(int(sizes.sum()))
+        status = E.write(as_u8(data), positions + HEADER_SIZE, positions, True, *payload_args)
+        if status != E.OK:
+            raise AssertionError(f"encode kernel status {status}")  # plan/write disagree
+        view = memoryview(data)
+        for pos, size in zip(positions.tolist(), sizes.tolist(), strict=True):
+            crc = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size])
+            struct.pack_into(">I", data, pos + CRC_OFFSET, crc)
+        return EncodedRecords(data, positions.astype(np.int64), counts, n)
+    rec_pos = np.cumsum(region) - region
+    scratch = np.empty(int(region.sum()), np.uint8)
+    status = E.write(scratch, rec_pos, rec_pos, False, *payload_args)
+    if status != E.OK:
+        raise AssertionError(f"encode kernel status {status}")
+    out = bytearray()
+    positions = np.empty(nb, np.int64)
+    sview = memoryview(scratch)
+    for b, (lo, hi, rp, size, mts) in enumerate(zip(
+            first[:-1].tolist(), first[1:].tolist(), rec_pos.tolist(), region.tolist(),
+            max_ts.tolist(), strict=True)):
+        packed = compress(codec, sview[rp:rp + size], level)
+        batch = bytearray(pack_header(
+            base_offset=0, batch_length=0, crc=0, attributes=attributes,
+            last_offset_delta=hi - lo - 1, base_timestamp=int(ts[lo]), max_timestamp=mts,
+            producer_id=int(producer_id), producer_epoch=int(producer_epoch),
+            base_sequence=(increment_sequence(int(base_sequence), lo)
+                           if base_sequence >= 0 else -1),
+            records_count=hi - lo))
+        batch += packed
+        finish_batch(batch)
+        positions[b] = len(out)
+        out += batch
+    return EncodedRecords(out, positions, counts, n)
+
+
+def _column(columns: pa.RecordBatch | pa.Table, name: str) -> pa.Array | None:
+    if name not in columns.schema.names:
+        return None
+    col = columns.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return col
+
+
+def _validity(arr: pa.Array) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.ones(len(arr), np.uint8)
+    return arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+
+
+def _binary_parts(arr: pa.Array, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(int64 offsets, uint8 validity, data) of a binary-like array, slices honoured."""
+    t = arr.type
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        dtype = np.int32
+    elif pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        dtype = np.int64
+    elif (pa.types.is_binary_view(t) or pa.types.is_string_view(t)
+          or pa.types.is_fixed_size_binary(t)):
+        return _binary_parts(arr.cast(pa.large_binary()), what)
+    else:
+        raise TypeError(f"column {what!r} must be binary or string, not {t}")
+    n = len(arr)
+    bufs = arr.buffers()
+    if n == 0 or bufs[1] is None:
+        return np.zeros(n + 1, np.int64), np.zeros(n, np.uint8), _EMPTY_U8
+    off = np.frombuffer(bufs[1], dtype)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else _EMPTY_U8
+    return off, _validity(arr), data
+
+
+def _timestamps_ms(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
+    if col is None:
+        return np.full(n, now_ms, np.int64)
+    t = col.type
+    if pa.types.is_timestamp(t):
+        raw = col.view(pa.int64())
+    elif pa.types.is_integer(t):
+        raw = col.cast(pa.int64())
+    else:
+        raise TypeError(f"column 'timestamp' must be a timestamp or int64 ms, not {t}")
+    ms = pc.fill_null(raw, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if pa.types.is_timestamp(t) and t.unit != "ms":
+        # floor division, like Spark's DateTimeUtils.toMillis (Math.floorDiv), before 1970 too
+        ms = ms * 1000 if t.unit == "s" else ms // _UNIT_DIVISORS[t.unit]
+    if raw.null_count:
+        ms = np.where(_validity(raw).view(bool), ms, np.int64(now_ms))
+    return ms
+
+
+def _header_parts(col: pa.Array) -> tuple:
+    t = col.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) \
+            or not pa.types.is_struct(t.value_type):
+        raise TypeError(f"column 'headers' must be list<struct<key string, value binary>>, "
+                        f"not {t}")
+    struct_type = t.value_type
+    names = [struct_type.field(i).name for i in range(struct_type.num_fields)]
+    if "key" not in names or "value" not in names:
+        raise TypeError(f"header structs need fields 'key' and 'value', not {struct_type}")
+    list_off = np.asarray(col.offsets).astype(np.int64)
+    children = col.values.flatten()  # honours the struct array's own offset
+    hkeys = children[names.index("key")]
+    hvals = children[names.index("value")]
+    if hkeys.null_count:
+        raise ValueError("a header key is null: Kafka header keys are non-null strings")
+    return list_off, _validity(col), _binary_parts(hkeys, "headers.key"), \
+        _binary_parts(hvals, "headers.value")
