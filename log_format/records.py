@@ -288,7 +288,7 @@ class _RecordReader:
             self.fail(f"invalid record size: expected {length} bytes but read "
                       f"{self.pos - start}")
         timestamp = log_append_ts if log_append_ts is not None else h.base_timestamp + ts_delta
-        if h.base_sequence == NO_SEQUENCE:
+        if h.base_sequence < 0:  # DefaultRecord.readFrom: any negative base has none
             sequence = NO_SEQUENCE
         else:
             sequence = increment_sequence(h.base_sequence, offset_delta)
