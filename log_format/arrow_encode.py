@@ -48,6 +48,8 @@ class EncodedRecords:
 
     def with_base_offset(self, base: int) -> bytes:
         """The batches with batch i at offset base + sum(counts[:i]); CRCs stay valid."""
+        if not len(self.positions):
+            return b""
         bases = base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
         ends = [*self.positions[1:].tolist(), len(self.data)]
         view = memoryview(self.data)

@@ -40,7 +40,7 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 
 # Bound on one batch's decompressed records: a compression bomb fails instead of eating RAM.
-MAX_DECOMPRESSED_BATCH = 1 << 30
+MAX_DECOMPRESSED_BATCH = 1 << 28
 
 _KERNEL_MESSAGES = {
     K.E_TRUNCATED: "record runs past the end of its record or batch",
