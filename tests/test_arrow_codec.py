@@ -50,16 +50,19 @@ def sample_records(n: int = 40, seed: int = 1) -> list[tuple]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        key = None if i % 7 == 3 else (b"" if i % 11 == 5 else rng.bytes(int(rng.integers(1, 20))))
-        value = None if i % 9 == 4 else (b"" if i % 13 == 6 else rng.bytes(int(rng.integers(0, 300))))
-        headers = [] if i % 3 else [("h%d" % j, None if j == 1 else rng.bytes(j * 3))
+        key = rng.bytes(int(rng.integers(1, 20)))
+        key = None if i % 7 == 3 else (b"" if i % 11 == 5 else key)
+        value = rng.bytes(int(rng.integers(0, 300)))
+        value = None if i % 9 == 4 else (b"" if i % 13 == 6 else value)
+        headers = [] if i % 3 else [(f"h{j}", None if j == 1 else rng.bytes(j * 3))
                                     for j in range(i % 4 + 1)]
         ts = T0 + int(rng.integers(-5000, 5000))  # out of order, like real producers
         out.append((ts, key, value, headers))
     return out
 
 
-def to_arrow(records: list[tuple], *, ts_type: pa.DataType = pa.int64()) -> pa.RecordBatch:
+def to_arrow(records: list[tuple], *, ts_type: pa.DataType | None = None) -> pa.RecordBatch:
+    ts_type = ts_type or pa.int64()
     ts = [r[0] for r in records]
     if pa.types.is_timestamp(ts_type):
         factor = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[ts_type.unit]
