@@ -1,0 +1,212 @@
+"""``CoordinatorClient``: the synchronous HTTP client of the coordinator.
+
+Spark tasks and the driver are synchronous, so this is too. It keeps no live connection in
+the object (it pickles into tasks); connections come from a module-level keep-alive pool per
+(process, endpoint), which Spark's reused Python workers share. Every coordinator error
+arrives as the exception class of its Kafka name (``errors.ProducerFencedError``, ...).
+
+Retries are bounded and only where a repeat is safe: connection failures and the retriable
+Kafka errors (CoordinatorLoadInProgress, ConcurrentTransactions, KafkaStorageError). Every
+operation is idempotent on retry by design (sequence numbers for reserve, member keys for
+add_member, epoch bookkeeping for end_txn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+import urllib3
+
+from .errors import (
+    ConcurrentTransactionsError,
+    CoordinatorError,
+    CoordinatorLoadInProgressError,
+    KafkaStorageError,
+    NotCoordinatorError,
+    UnknownServerError,
+    error_from_json,
+)
+
+TopicPartition = tuple[str, int]
+RETRIABLE = (CoordinatorLoadInProgressError, ConcurrentTransactionsError, KafkaStorageError)
+
+_pools: dict[tuple[int, str], urllib3.HTTPConnectionPool] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(endpoint: str) -> urllib3.HTTPConnectionPool:
+    key = (os.getpid(), endpoint)
+    pool = _pools.get(key)
+    if pool is None:
+        with _pools_lock:
+            pool = _pools.get(key)
+            if pool is None:
+                u = urlparse(endpoint)
+                if u.scheme != "http" or not u.hostname:
+                    raise ValueError(f"coordinator endpoint must be http://host:port, "
+                                     f"got {endpoint!r}")
+                pool = urllib3.HTTPConnectionPool(u.hostname, u.port or 80, maxsize=32,
+                                                  block=False, retries=False)
+                _pools[key] = pool
+    return pool
+
+
+class CoordinatorUnavailableError(NotCoordinatorError):
+    """The coordinator did not answer (connection refused / timed out) after retries."""
+
+
+class CoordinatorClient:
+    """Talks to one coordinator endpoint (``http://127.0.0.1:port``)."""
+
+    def __init__(self, endpoint: str, timeout: float = 60.0, retry_for: float = 30.0) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.timeout = timeout
+        self.retry_for = retry_for
+
+    def __repr__(self) -> str:
+        return f"CoordinatorClient({self.endpoint!r})"
+
+    # ------------------------------------------------------------------ transport
+    def call(self, op: str, body: Mapping[str, Any]) -> Any:
+        """POST /v1/<op>; returns the JSON answer or raises the named Kafka error."""
+        payload = json.dumps(body).encode()
+        deadline = time.monotonic() + self.retry_for
+        delay = 0.05
+        while True:
+            try:
+                resp = _pool(self.endpoint).urlopen(
+                    "POST", f"/v1/{op}", body=payload,
+                    headers={"Content-Type": "application/json"},
+                    timeout=urllib3.Timeout(connect=5.0, read=self.timeout),
+                    preload_content=True, retries=False)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if time.monotonic() + delay > deadline:
+                    raise CoordinatorUnavailableError(
+                        f"coordinator {self.endpoint} unreachable for {op}: {exc}") from exc
+            else:
+                try:
+                    answer = json.loads(resp.data) if resp.data else {}
+                except ValueError:
+                    raise UnknownServerError(
+                        f"{op}: HTTP {resp.status} with a non-JSON body from "
+                        f"{self.endpoint}") from None
+                if resp.status == 200:
+                    return answer
+                err = error_from_json(answer if isinstance(answer, dict) else {})
+                if not isinstance(err, RETRIABLE) or time.monotonic() + delay > deadline:
+                    raise err
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """True when /healthz answers 200 (recovered and serving)."""
+        try:
+            resp = _pool(self.endpoint).urlopen(
+                "GET", "/healthz", timeout=urllib3.Timeout(connect=timeout, read=timeout),
+                retries=False)
+        except (urllib3.exceptions.HTTPError, OSError):
+            return False
+        return resp.status == 200
+
+    # ----------------------------------------------------------------- producers
+    def init_producer_id(self, transactional_id: str | None = None,
+                         transaction_timeout_ms: int = 60_000) -> tuple[int, int]:
+        """(producer_id, epoch); bumps the epoch and fences older instances of the id."""
+        r = self.call("init_producer_id", {"transactional_id": transactional_id,
+                                           "transaction_timeout_ms": transaction_timeout_ms})
+        return r["producer_id"], r["epoch"]
+
+    def add_member(self, transactional_id: str, producer_id: int, epoch: int,
+                   member_key: str) -> tuple[int, int]:
+        """(member_producer_id, member_epoch) of a member producer of the open transaction."""
+        r = self.call("add_member", {"transactional_id": transactional_id,
+                                     "producer_id": producer_id, "epoch": epoch,
+                                     "member_key": member_key})
+        return r["producer_id"], r["epoch"]
+
+    def reserve(self, producer_id: int, epoch: int,
+                partitions: Mapping[TopicPartition, tuple[int, int]]
+                ) -> dict[TopicPartition, int]:
+        """{(topic, p): (base_sequence, count)} -> {(topic, p): base_offset}."""
+        r = self.call("reserve", {"producer_id": producer_id, "epoch": epoch, "partitions": [
+            {"topic": t, "partition": p, "base_sequence": s, "count": c}
+            for (t, p), (s, c) in partitions.items()]})
+        return {(x["topic"], x["partition"]): x["base_offset"] for x in r["partitions"]}
+
+    def confirm(self, producer_id: int, epoch: int,
+                written: Iterable[tuple[str, int, int]], wait_stable: bool = False) -> None:
+        """Report reserved ranges as written: [(topic, partition, base_offset)]."""
+        self.call("confirm", {"producer_id": producer_id, "epoch": epoch,
+                              "wait_stable": wait_stable,
+                              "partitions": [{"topic": t, "partition": p, "base_offset": b}
+                                             for t, p, b in written]})
+
+    def heartbeat(self, transactional_id: str, producer_id: int, epoch: int) -> str:
+        """Keep the open transaction alive; returns its state name."""
+        return self.call("heartbeat", {"transactional_id": transactional_id,
+                                       "producer_id": producer_id, "epoch": epoch})["state"]
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                    offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
+        """Consumer-group offsets committed (or aborted) with the open transaction."""
+        self.call("add_offsets", {
+            "transactional_id": transactional_id, "producer_id": producer_id, "epoch": epoch,
+            "group_id": group_id,
+            "offsets": [{"topic": t, "partition": p, "offset": o, "metadata": metadata}
+                        for (t, p), o in offsets.items()]})
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        r = self.call("committed_offsets", {"group_id": group_id})["offsets"]
+        out = {}
+        for key, offset in r.items():
+            topic, _, p = key.rpartition("-")
+            out[(topic, int(p))] = offset
+        return out
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                members: list[int] | None = None, batch_id: int | None = None
+                ) -> dict[str, Any]:
+        """Commit or abort; answers after the stable snapshot shows the outcome.
+
+        ``members``: member producer ids to commit (None = all); others are aborted.
+        Returns {"outcome", "producer_id", "epoch"}: the (pid, epoch) for the next
+        transaction (the epoch is bumped on every EndTxn, as in KIP-890).
+        """
+        return self.call("end_txn", {"transactional_id": transactional_id,
+                                     "producer_id": producer_id, "epoch": epoch,
+                                     "commit": commit, "members": members,
+                                     "batch_id": batch_id})
+
+    def begin_batch(self, transactional_id: str, batch_id: int,
+                    transaction_timeout_ms: int = 60_000) -> dict[str, Any]:
+        """{"state": "committed"} or {"producer_id", "epoch"} for a streaming batch."""
+        return self.call("begin_batch", {"transactional_id": transactional_id,
+                                         "batch_id": batch_id,
+                                         "transaction_timeout_ms": transaction_timeout_ms})
+
+    # -------------------------------------------------------------------- topics
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None,
+                     exist_ok: bool = False) -> dict[str, Any]:
+        return self.call("create_topic", {"name": name, "partitions": partitions,
+                                          "config": dict(config or {}), "exist_ok": exist_ok})
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        return self.call("describe_topic", {"name": name})
+
+    def list_topics(self) -> list[str]:
+        return self.call("list_topics", {})["topics"]
+
+    def describe_txn(self, transactional_id: str) -> dict[str, Any]:
+        return self.call("describe_txn", {"transactional_id": transactional_id})
+
+    def stable(self, publish: bool = False) -> dict[str, Any]:
+        return self.call("stable", {"publish": publish})
+
+
+__all__ = ["CoordinatorClient", "CoordinatorError", "CoordinatorUnavailableError"]

@@ -1,0 +1,115 @@
+"""Kafka's error names as exception types, shared by the coordinator and its clients.
+
+The server answers a failed request with ``{"error": <name>, "code": <Kafka code>,
+"message": ...}``; the client raises the class of that name, so a caller can catch
+``ProducerFencedError`` exactly as it would with a Kafka client. Codes are Kafka's
+(``org.apache.kafka.common.protocol.Errors``) so logs and docs can be cross-referenced.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from txnlog.log_format.errors import TxnlogError
+
+
+class CoordinatorError(TxnlogError):
+    """Base of every error the coordinator answers with."""
+
+    name: ClassVar[str] = "UnknownServerError"
+    code: ClassVar[int] = -1
+    http_status: ClassVar[int] = 400
+    # Retriable errors may succeed if the same request is sent again later.
+    retriable: ClassVar[bool] = False
+
+    def to_json(self) -> dict[str, object]:
+        return {"error": self.name, "code": self.code, "message": str(self)}
+
+
+class UnknownServerError(CoordinatorError):
+    name, code, http_status = "UnknownServerError", -1, 500
+
+
+class UnknownTopicOrPartitionError(CoordinatorError):
+    name, code = "UnknownTopicOrPartition", 3
+
+
+class CoordinatorLoadInProgressError(CoordinatorError):
+    name, code, http_status, retriable = "CoordinatorLoadInProgress", 14, 503, True
+
+
+class NotCoordinatorError(CoordinatorError):
+    """This process lost its own log to another coordinator (it is fenced) or is stopping."""
+
+    name, code, http_status, retriable = "NotCoordinator", 16, 503, True
+
+
+class InvalidTopicError(CoordinatorError):
+    name, code = "InvalidTopic", 17
+
+
+class TopicAlreadyExistsError(CoordinatorError):
+    name, code = "TopicAlreadyExists", 36
+
+
+class InvalidPartitionsError(CoordinatorError):
+    name, code = "InvalidPartitions", 37
+
+
+class InvalidRequestError(CoordinatorError):
+    name, code = "InvalidRequest", 42
+
+
+class OutOfOrderSequenceError(CoordinatorError):
+    name, code = "OutOfOrderSequence", 45
+
+
+class DuplicateSequenceError(CoordinatorError):
+    name, code = "DuplicateSequence", 46
+
+
+class InvalidProducerEpochError(CoordinatorError):
+    name, code = "InvalidProducerEpoch", 47
+
+
+class InvalidTxnStateError(CoordinatorError):
+    name, code = "InvalidTxnState", 48
+
+
+class InvalidProducerIdMappingError(CoordinatorError):
+    name, code = "InvalidProducerIdMapping", 49
+
+
+class InvalidTransactionTimeoutError(CoordinatorError):
+    name, code = "InvalidTransactionTimeout", 50
+
+
+class ConcurrentTransactionsError(CoordinatorError):
+    name, code, retriable = "ConcurrentTransactions", 51, True
+
+
+class KafkaStorageError(CoordinatorError):
+    """Storage failed after the storage layer's own retries."""
+
+    name, code, http_status, retriable = "KafkaStorageError", 56, 503, True
+
+
+class ProducerFencedError(CoordinatorError):
+    name, code = "ProducerFenced", 90
+
+
+ERRORS: dict[str, type[CoordinatorError]] = {
+    cls.name: cls for cls in (
+        UnknownServerError, UnknownTopicOrPartitionError, CoordinatorLoadInProgressError,
+        NotCoordinatorError, InvalidTopicError, TopicAlreadyExistsError,
+        InvalidPartitionsError, InvalidRequestError, OutOfOrderSequenceError,
+        DuplicateSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
+        InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
+        ConcurrentTransactionsError, KafkaStorageError, ProducerFencedError)
+}
+
+
+def error_from_json(body: dict[str, object]) -> CoordinatorError:
+    """The exception a server error body names (UnknownServerError for unknown names)."""
+    cls = ERRORS.get(str(body.get("error")), UnknownServerError)
+    return cls(str(body.get("message", "")))

@@ -1,0 +1,249 @@
+"""The coordinator's own log, ``__transaction_state-0``: durable, group-committed, fenced.
+
+Each append is one new object named by its base offset (20 digits), holding one v2 batch of
+LogRecords, written put-if-absent at the next offset. Losing that race means another
+coordinator appended first: this process is fenced and must stop serving at once. Many
+RPCs share one object (group commit); ``append`` resolves only once its object is durable.
+
+A snapshot (``<next offset>.snapshot``, JSON of the whole state) is taken at the moment a
+batch is popped for writing, so it covers exactly the records up to that batch's end, and is
+written only after that batch is durable. Recovery loads the newest snapshot and replays the
+objects after it. Old objects are deleted below the *previous* snapshot, but never a
+takeover object: a fenced coordinator's next write always lands on or before the takeover
+that fenced it, so keeping those objects keeps it fenced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from txnlog.log_format.records import decode_batches, encode_batch
+from txnlog.log_format.storage import Storage, StorageError
+
+from . import faults
+from .errors import KafkaStorageError, NotCoordinatorError
+from .txnlog_records import LogRecord, from_kafka_record, to_kafka_record
+
+LOG_DIR = "__transaction_state-0"
+log = logging.getLogger("txnlog.coordinator.txn_log")
+
+
+def log_path(offset: int) -> str:
+    return f"{LOG_DIR}/{offset:020d}.log"
+
+
+def snapshot_path(offset: int) -> str:
+    return f"{LOG_DIR}/{offset:020d}.snapshot"
+
+
+class FencedError(NotCoordinatorError):
+    """Another coordinator wrote our next log offset first."""
+
+
+@dataclass
+class Recovered:
+    """What recovery found: the snapshot state (or None), records after it, next offset."""
+
+    snapshot: dict[str, Any] | None
+    records: list[LogRecord]
+    next_offset: int
+    snapshot_offsets: list[int] = field(default_factory=list)
+
+
+def recover(storage: Storage) -> Recovered:
+    """Read the newest snapshot and every log object after it (blocking; run in a thread)."""
+    objects = storage.list(LOG_DIR)
+    snaps = sorted(int(o.name[:20]) for o in objects if o.name.endswith(".snapshot"))
+    bases = sorted(int(o.name[:20]) for o in objects if o.name.endswith(".log"))
+    state = None
+    start = 0
+    if snaps:
+        start = snaps[-1]
+        state = json.loads(storage.get(snapshot_path(start)))
+    records: list[LogRecord] = []
+    offset = start
+    for base in bases:
+        if base < start:
+            continue
+        if base != offset:
+            raise KafkaStorageError(
+                f"{LOG_DIR} has a gap: expected an object at offset {offset}, found {base}")
+        data = storage.get(log_path(base))
+        for batch in decode_batches(data, source=log_path(base)):
+            records.extend(from_kafka_record(r) for r in batch.records)
+            offset = batch.header.next_offset
+    return Recovered(state, records, offset, snaps)
+
+
+class TxnLog:
+    """Group-committed appends to ``__transaction_state-0`` from one asyncio loop."""
+
+    def __init__(self, storage: Storage, next_offset: int, *,
+                 snapshot_fn: Callable[[], dict[str, Any]],
+                 protected_fn: Callable[[], list[int]],
+                 on_fatal: Callable[[BaseException], None],
+                 snapshot_offsets: list[int] | None = None,
+                 max_batch_records: int = 5000,
+                 snapshot_every_records: int = 50_000,
+                 snapshot_every_s: float = 300.0) -> None:
+        self.storage = storage
+        self.next_offset = next_offset
+        self._snapshot_fn = snapshot_fn
+        self._protected_fn = protected_fn
+        self._on_fatal = on_fatal
+        self._snapshots = list(snapshot_offsets or [])
+        self.max_batch_records = max_batch_records
+        self.snapshot_every_records = snapshot_every_records
+        self.snapshot_every_s = snapshot_every_s
+        self._pending: list[tuple[LogRecord, asyncio.Future[None] | None]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._last_future: asyncio.Future[None] | None = None
+        self._since_snapshot = 0
+        self._last_snapshot_t = time.monotonic()
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self.failed: BaseException | None = None
+        self.objects_written = 0
+        self.storage_errors = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="txn-log")
+
+    def append(self, records: list[LogRecord]) -> asyncio.Future[None]:
+        """Queue records (already applied by the caller); the future resolves when durable."""
+        if self.failed is not None:
+            raise NotCoordinatorError(f"this coordinator stopped: {self.failed}")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for i, rec in enumerate(records):
+            self._pending.append((rec, fut if i == len(records) - 1 else None))
+        if not records:
+            fut.set_result(None)
+        else:
+            self._last_future = fut
+        self._wake.set()
+        return fut
+
+    async def sync(self) -> None:
+        """Wait until everything appended so far is durable (for answers without changes)."""
+        fut = self._last_future
+        if fut is not None and not fut.done():
+            await asyncio.shield(fut)
+        elif fut is not None and fut.exception() is not None:
+            raise fut.exception()  # type: ignore[misc]
+
+    async def close(self) -> None:
+        """Finish writing what is queued (graceful shutdown), then stop."""
+        await self.sync()
+        if self._snapshot_task is not None:
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending and self.failed is None:
+                await self._write_one()
+
+    def _snapshot_due(self) -> bool:
+        return (self._since_snapshot >= self.snapshot_every_records
+                or (self._since_snapshot > 0
+                    and time.monotonic() - self._last_snapshot_t >= self.snapshot_every_s))
+
+    async def _write_one(self) -> None:
+        snapshot = None
+        if self._snapshot_due() and (self._snapshot_task is None or self._snapshot_task.done()):
+            # Take everything pending: the state now equals durable + this batch.
+            batch, self._pending = self._pending, []
+            snapshot = self._snapshot_fn()
+        else:
+            batch = self._pending[:self.max_batch_records]
+            del self._pending[:len(batch)]
+        base = self.next_offset
+        now = int(time.time() * 1000)
+        data = encode_batch([to_kafka_record(r, now) for r, _ in batch], base_offset=base,
+                            now_ms=now)
+        try:
+            ok = await self._put(log_path(base), data)
+        except BaseException as exc:
+            self._fail(exc, batch)
+            return
+        if not ok:
+            exc = FencedError(
+                f"fenced: another coordinator wrote {LOG_DIR} offset {base} first; "
+                "this coordinator stops serving")
+            log.critical("%s", exc)
+            self._fail(exc, batch)
+            return
+        faults.point("after_log_write")
+        self.objects_written += 1
+        self.next_offset = base + len(batch)
+        self._since_snapshot += len(batch)
+        for _, fut in batch:
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        if snapshot is not None:
+            self._since_snapshot = 0
+            self._last_snapshot_t = time.monotonic()
+            self._snapshot_task = asyncio.get_running_loop().create_task(
+                self._write_snapshot(self.next_offset, snapshot))
+
+    async def _put(self, path: str, data: bytes) -> bool:
+        """put-if-absent with extra retries around storage errors (same bytes, same name)."""
+        for attempt in range(5):
+            try:
+                return await asyncio.to_thread(self.storage.put_if_absent, path, data)
+            except StorageError as exc:
+                self.storage_errors += 1
+                log.warning("log write %s failed (attempt %d): %s", path, attempt + 1, exc)
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.2 * 2 ** attempt)
+        raise AssertionError("unreachable")
+
+    def _fail(self, exc: BaseException, batch: list[tuple[LogRecord, Any]]) -> None:
+        """State in memory is now ahead of the log: fail everyone and stop the process."""
+        self.failed = exc
+        err = exc if isinstance(exc, NotCoordinatorError) else NotCoordinatorError(
+            f"coordinator log write failed, stopping: {exc}")
+        for _, fut in batch + self._pending:
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # mark retrieved; callers may be gone
+        self._pending = []
+        self._on_fatal(exc)
+
+    async def _write_snapshot(self, offset: int, state: dict[str, Any]) -> None:
+        try:
+            data = json.dumps(state, separators=(",", ":")).encode()
+            await asyncio.to_thread(self.storage.put_if_absent, snapshot_path(offset), data)
+            log.info("snapshot at %s offset %d (%d bytes)", LOG_DIR, offset, len(data))
+            faults.point("mid_snapshot")
+            self._snapshots.append(offset)
+            await asyncio.to_thread(self._prune)
+        except Exception as exc:  # a missed snapshot only costs recovery time
+            self.storage_errors += 1
+            log.warning("snapshot at offset %d failed: %s", offset, exc)
+
+    def _prune(self) -> None:
+        """Delete log objects and snapshots below the previous snapshot (not takeovers)."""
+        if len(self._snapshots) < 2:
+            return
+        keep_from = self._snapshots[-2]
+        protected = set(self._protected_fn())
+        for obj in self.storage.list(LOG_DIR):
+            base = int(obj.name[:20])
+            if base >= keep_from:
+                continue
+            if obj.name.endswith(".log") and base in protected:
+                continue
+            self.storage.delete(f"{LOG_DIR}/{obj.name}")
+        self._snapshots = [s for s in self._snapshots if s >= keep_from]
