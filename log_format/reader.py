@@ -1,0 +1,401 @@
+"""One partition, straight from storage: offset range -> Arrow, with Kafka's isolation levels.
+
+A reader needs storage only. It trusts the latest stable snapshot (DESIGN.md 5.4): it reads
+`[start, LSO)` under read_committed (the default) or `[start, HW)` under read_uncommitted,
+never past it, so it never waits for anything. Offsets are not dense (markers, aborted
+batches, compacted records, 0-byte fence objects), so progress is tracked as "next offset to
+read", never as a record count: a marker at the end of a range is consumed, not re-read.
+
+Under read_committed the aborted transactions come from `.txnindex` objects, collected the
+way Kafka's broker does for a fetch (walk the index objects from the one holding the start
+offset, stop once an entry's lastStableOffset reaches the upper bound) and applied by
+`AbortedFilter`, Kafka's consumer algorithm, carried across objects.
+
+Objects are fetched in byte pieces of at most `chunk_bytes` on a small shared thread pool,
+a few pieces ahead of the decoder, so storage latency overlaps decoding.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+from .arrow_codec import AbortedFilter, decode_to_arrow, read_schema, scan_batches
+from .batch_header import CONTROL_FLAG
+from .errors import CorruptBatchError, TruncatedBatchError, TxnlogError
+from .indexes import (
+    AbortedTxn,
+    collect_aborted_txns,
+    decode_offset_index,
+    decode_time_index,
+    decode_txn_index,
+    lookup_offset,
+    lookup_timestamp,
+)
+from .layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    parse_segment_name,
+    partition_dir,
+    validate_partition,
+)
+from .stable import StableSnapshot, read_latest_stable
+from .storage import Storage
+
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+DEFAULT_CHUNK_BYTES = 16 << 20
+DEFAULT_PREFETCH = 4
+_BATCH_OVERHEAD = 12  # baseOffset int64 + batchLength int32: what batchLength does not count
+_MIN_BATCH_LENGTH = 49  # a 61-byte header minus the 12 above
+
+_pool_lock = threading.Lock()
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def io_pool() -> ThreadPoolExecutor:
+    """One small process-wide pool for storage reads (rebuilt after a fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            workers = int(os.environ.get("TXNLOG_IO_THREADS", "8"))
+            _pool = (os.getpid(), ThreadPoolExecutor(workers, thread_name_prefix="txnlog-io"))
+        return _pool[1]
+
+
+def check_isolation_level(level: str) -> IsolationLevel:
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"isolation level {level!r} is not one of {ISOLATION_LEVELS}")
+    return level  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A `.log` object: offsets [base_offset, end_offset) live in it (end None: up to HW)."""
+
+    base_offset: int
+    size: int
+    path: str
+    end_offset: int | None
+    has_index: bool = False
+    has_timeindex: bool = False
+
+
+@dataclass(frozen=True)
+class ReadChunk:
+    """Decoded records, and the offset to continue from after them."""
+
+    batch: pa.RecordBatch
+    next_offset: int
+
+
+@dataclass(frozen=True)
+class _Piece:
+    segment: Segment
+    start: int  # byte range [start, end) of the object
+    end: int
+    last: bool  # last piece of its object
+
+
+def complete_prefix(buf: bytes | memoryview, source: str | None = None) -> int:
+    """Length of the longest prefix of `buf` made of whole batches (by their length fields)."""
+    pos, n = 0, len(buf)
+    while pos + _BATCH_OVERHEAD <= n:
+        length = int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
+        if length < _MIN_BATCH_LENGTH:
+            raise CorruptBatchError(f"batch length {length} is below the minimum "
+                                    f"{_MIN_BATCH_LENGTH}", position=pos, source=source)
+        if pos + _BATCH_OVERHEAD + length > n:
+            break
+        pos += _BATCH_OVERHEAD + length
+    return pos
+
+
+class PartitionReader:
+    """Read one partition of a topic under a root; cheap to build, holds no connections."""
+
+    def __init__(self, storage: Storage, topic: str, partition: int, *,
+                 isolation_level: IsolationLevel = "read_committed",
+                 include_headers: bool = False, verify_crc: bool = True,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, prefetch: int = DEFAULT_PREFETCH,
+                 snapshot: StableSnapshot | None = None) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.partition = validate_partition(partition)
+        self.dir = partition_dir(topic, partition)
+        self.isolation_level = check_isolation_level(isolation_level)
+        self.include_headers = include_headers
+        self.verify_crc = verify_crc
+        if chunk_bytes < 1024:
+            raise ValueError(f"chunk_bytes must be >= 1024, got {chunk_bytes}")
+        self.chunk_bytes = chunk_bytes
+        self.prefetch = max(1, prefetch)
+        self._snapshot = snapshot
+        self._segments: list[Segment] = []
+        self._txnindexes: list[int] = []  # base offsets of .txnindex objects
+        self._listed_hw: int | None = None
+        self._txn_cache: dict[int, list[AbortedTxn]] = {}
+
+    # ---- bounds ------------------------------------------------------------------------
+    def refresh(self) -> StableSnapshot | None:
+        """Read the newest stable snapshot (never older than the one held)."""
+        self._snapshot = read_latest_stable(self.storage, not_below=self._snapshot)
+        return self._snapshot
+
+    @property
+    def snapshot(self) -> StableSnapshot | None:
+        if self._snapshot is None:
+            self.refresh()
+        return self._snapshot
+
+    def high_watermark(self) -> int:
+        snap = self.snapshot
+        return 0 if snap is None else snap.hw(self.topic, self.partition)
+
+    def last_stable_offset(self) -> int:
+        snap = self.snapshot
+        return 0 if snap is None else snap.lso(self.topic, self.partition)
+
+    def latest_offset(self) -> int:
+        """The end of what this reader may read: LSO (read_committed) or HW."""
+        if self.isolation_level == "read_committed":
+            return self.last_stable_offset()
+        return self.high_watermark()
+
+    def earliest_offset(self) -> int:
+        """The base offset of the first segment object (0 for an empty partition)."""
+        segs = self.segments()
+        return segs[0].base_offset if segs else 0
+
+    # ---- listing -----------------------------------------------------------------------
+    def segments(self) -> list[Segment]:
+        """The `.log` objects, ascending; listed again once the HW moved past the listing."""
+        hw = self.high_watermark()
+        if self._listed_hw is None or hw > self._listed_hw:
+            self._list(hw)
+        return self._segments
+
+    def _list(self, hw: int) -> None:
+        logs: list[tuple[int, int]] = []
+        index: set[int] = set()
+        timeindex: set[int] = set()
+        txn: list[int] = []
+        for obj in self.storage.list(self.dir):
+            parsed = parse_segment_name(obj.name)
+            if parsed is None:
+                continue
+            if parsed.suffix == LOG_SUFFIX:
+                logs.append((parsed.base_offset, obj.size))
+            elif parsed.suffix == TXNINDEX_SUFFIX:
+                txn.append(parsed.base_offset)
+            elif parsed.suffix == INDEX_SUFFIX:
+                index.add(parsed.base_offset)
+            elif parsed.suffix == TIMEINDEX_SUFFIX:
+                timeindex.add(parsed.base_offset)
+        logs.sort()
+        segs = []
+        for i, (base, size) in enumerate(logs):
+            end = logs[i + 1][0] if i + 1 < len(logs) else None
+            segs.append(Segment(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", end,
+                                base in index, base in timeindex))
+        self._segments = segs
+        self._txnindexes = sorted(txn)
+        self._listed_hw = hw
+
+    def _first_segment(self, offset: int) -> int:
+        """Index of the segment holding `offset` (0 if it lies before every segment)."""
+        bases = [s.base_offset for s in self._segments]
+        return max(0, bisect.bisect_right(bases, offset) - 1)
+
+    # ---- aborted transactions ----------------------------------------------------------
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """Kafka's fetch-side collection (LocalLog.addAbortedTransactions) for [start, end)."""
+        segs = self.segments()
+        from_base = segs[self._first_segment(start)].base_offset if segs else 0
+        bases = [b for b in self._txnindexes if b >= from_base]
+        found: list[AbortedTxn] = []
+        pool = io_pool()
+        for i in range(0, len(bases), self.prefetch):
+            group = bases[i:i + self.prefetch]
+            missing = [b for b in group if b not in self._txn_cache]
+            futures = {b: pool.submit(self.storage.get, f"{self.dir}/{b:020d}{TXNINDEX_SUFFIX}")
+                       for b in missing}
+            for b, fut in futures.items():
+                self._txn_cache[b] = decode_txn_index(
+                    fut.result(), source=f"{self.storage.url}/{self.dir}/{b:020d}.txnindex")
+            for b in group:
+                entries, complete = collect_aborted_txns(self._txn_cache[b], start, end)
+                found.extend(entries)
+                if complete:
+                    return found
+        return found
+
+    # ---- reading -----------------------------------------------------------------------
+    def bounded_end(self, end: int | None = None) -> int:
+        """`end` capped at what the isolation level allows (LSO or HW)."""
+        bound = self.latest_offset()
+        return bound if end is None else min(end, bound)
+
+    def read(self, start: int = 0, end: int | None = None) -> Iterator[ReadChunk]:
+        """Records in `[start, end)` (end capped at LSO/HW), as non-empty Arrow batches.
+
+        The last chunk's `next_offset` is the capped end: the whole range was consumed, even
+        if it ends on markers, aborted batches or a fence.
+        """
+        if start < 0:
+            raise ValueError(f"start offset must be >= 0, got {start}")
+        end = self.bounded_end(end)
+        if start >= end:
+            return
+        segs = self.segments()
+        if not segs:
+            raise TxnlogError(
+                f"{self.storage.url}/{self.dir}: stable snapshot says offsets up to {end} are "
+                "resolved, but the partition has no segment objects")
+        start = max(start, segs[0].base_offset)
+        aborted = None
+        if self.isolation_level == "read_committed":
+            aborted = AbortedFilter(self.aborted_transactions(start, end))
+        pending: ReadChunk | None = None
+        for chunk in self._decode_pieces(self._plan(start, end), start, end, aborted):
+            if pending is not None:
+                yield pending
+            pending = chunk
+        if pending is not None:
+            yield ReadChunk(pending.batch, end)
+
+    def read_table(self, start: int = 0, end: int | None = None) -> pa.Table:
+        batches = [c.batch for c in self.read(start, end)]
+        return pa.Table.from_batches(batches, schema=read_schema(self.include_headers))
+
+    def _plan(self, start: int, end: int) -> Iterator[_Piece]:
+        first = self._first_segment(start)
+        for seg in self._segments[first:]:
+            if seg.base_offset >= end:
+                return
+            if seg.size == 0:  # a fence: an empty segment
+                continue
+            pos = 0
+            if seg.has_index and seg.size > self.chunk_bytes and start > seg.base_offset:
+                pos = self._index_position(seg, start)
+            while pos < seg.size:
+                stop = min(seg.size, pos + self.chunk_bytes)
+                yield _Piece(seg, pos, stop, stop == seg.size)
+                pos = stop
+
+    def _index_position(self, seg: Segment, target: int) -> int:
+        path = f"{self.dir}/{seg.base_offset:020d}{INDEX_SUFFIX}"
+        try:
+            entries = decode_offset_index(self.storage.get(path), seg.base_offset)
+        except FileNotFoundError:
+            return 0
+        return lookup_offset(entries, target, seg.base_offset).position
+
+    def _decode_pieces(self, plan: Iterator[_Piece], start: int, end: int,
+                       aborted: AbortedFilter | None) -> Iterator[ReadChunk]:
+        pool = io_pool()
+        window: deque[tuple[_Piece, Future[bytes]]] = deque()
+        plan_iter = iter(plan)
+
+        def fill() -> None:
+            while len(window) < self.prefetch:
+                piece = next(plan_iter, None)
+                if piece is None:
+                    return
+                window.append((piece, pool.submit(self.storage.get, piece.segment.path,
+                                                  piece.start, piece.end)))
+
+        carry = b""
+        cursor = start
+        try:
+            fill()
+            while window:
+                piece, fut = window.popleft()
+                data = fut.result()
+                fill()
+                source = f"{self.storage.url}/{piece.segment.path}"
+                if len(data) != piece.end - piece.start:
+                    raise TruncatedBatchError(
+                        f"object is shorter than listed: got {len(data)} bytes for "
+                        f"[{piece.start}, {piece.end})", position=piece.start, source=source)
+                buf = carry + data if carry else data
+                cut = len(buf) if piece.last else complete_prefix(buf, source)
+                carry = buf[cut:]
+                if cut == 0:
+                    continue
+                res = decode_to_arrow(
+                    memoryview(buf)[:cut], topic=self.topic, partition=self.partition,
+                    start_offset=cursor, end_offset=end, aborted=aborted,
+                    include_headers=self.include_headers, verify_crc=self.verify_crc,
+                    source=source)
+                cursor = max(cursor, res.next_offset)
+                if res.batch.num_rows:
+                    yield ReadChunk(res.batch, cursor)
+                if cursor >= end:
+                    return
+                if piece.last:
+                    # whatever the object did not hold up to the next object is resolved too
+                    nxt = piece.segment.end_offset
+                    if nxt is not None:
+                        cursor = max(cursor, min(nxt, end))
+        finally:
+            for _, fut in window:
+                fut.cancel()
+
+    # ---- timestamps ----------------------------------------------------------------------
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """First readable offset whose record timestamp is >= `timestamp_ms` (Kafka's
+        ListOffsets by time), or None when no record below the bound is that late.
+
+        Uses a segment's `.timeindex` where present, else the batches' maxTimestamp.
+        """
+        bound = self.latest_offset()
+        for seg in self.segments():
+            if seg.base_offset >= bound:
+                return None
+            if seg.size == 0:
+                continue
+            found = self._timestamp_in_segment(seg, timestamp_ms, bound)
+            if found is not None:
+                return found
+        return None
+
+    def _timestamp_in_segment(self, seg: Segment, ts: int, bound: int) -> int | None:
+        if seg.has_timeindex:
+            path = f"{self.dir}/{seg.base_offset:020d}{TIMEINDEX_SUFFIX}"
+            try:
+                entries = decode_time_index(self.storage.get(path), seg.base_offset)
+            except FileNotFoundError:
+                entries = []
+            if entries and entries[-1].timestamp < ts:
+                return None  # the last entry is the segment's max timestamp
+            start_at = lookup_timestamp(entries, ts, seg.base_offset).offset
+        else:
+            start_at = seg.base_offset
+        data = self.storage.get(seg.path)
+        source = f"{self.storage.url}/{seg.path}"
+        index = scan_batches(data, source=source, verify_crc=False)
+        last = index["base_offset"] + index["last_offset_delta"]
+        rows = ((index["max_timestamp"] >= ts) & (last >= start_at)
+                & (index["base_offset"] < bound) & ((index["attributes"] & CONTROL_FLAG) == 0)
+                & (index["records_count"] > 0))
+        for row in index[rows]:
+            pos, size = int(row["position"]), int(row["size"])
+            res = decode_to_arrow(memoryview(data)[pos:pos + size], topic=self.topic,
+                                  partition=self.partition, start_offset=start_at,
+                                  end_offset=bound, verify_crc=self.verify_crc, source=source)
+            tss = res.batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
+            hits = (tss >= ts * 1000).nonzero()[0]
+            if len(hits):
+                return int(res.batch.column("offset")[int(hits[0])].as_py())
+        return None
