@@ -590,9 +590,11 @@ class Engine:
         """The producer state for a write by (pid, epoch) and its transaction, checked."""
         ps = self.producers.get(pid)
         if ps is None:
-            raise InvalidProducerIdMappingError(
-                f"producer id {pid} is unknown (never handed out, expired, or a member of a "
-                "transaction that already ended: fenced)")
+            if 0 <= pid < self.next_pid:
+                raise ProducerFencedError(
+                    f"producer id {pid} was handed out, but its transaction has ended (a "
+                    "member of a finished transaction, or a replaced producer id): fenced")
+            raise InvalidProducerIdMappingError(f"producer id {pid} was never handed out")
         if ps.tid is None:
             if epoch != ps.epoch:
                 raise InvalidProducerEpochError(f"producer {pid} has epoch {ps.epoch}, "

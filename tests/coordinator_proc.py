@@ -1,0 +1,96 @@
+"""Run real coordinator processes for tests (``python -m txnlog.coordinator.cli coordinator``).
+
+Each process is started in its own session and stopped by its PID; ``wait_healthy`` reads
+the endpoint from ``_coordinator.json`` (written only after recovery) and polls ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.log_format import layout
+from txnlog.log_format.storage import Storage
+
+
+class CoordinatorProc:
+    def __init__(self, root: str, *, faults: str | None = None, log_path: Path | None = None,
+                 extra: list[str] | None = None, register: bool = True) -> None:
+        self.root = root
+        env = dict(os.environ)
+        env.pop("TXNLOG_FAULTS", None)
+        if faults:
+            env["TXNLOG_FAULTS"] = faults
+        args = [sys.executable, "-m", "txnlog.coordinator.cli", "coordinator", "--root", root,
+                "--port", "0", "--log-level", "DEBUG", *(extra or [])]
+        if not register:
+            args.append("--no-register")
+        self.log_path = log_path or Path(f"/tmp/txnlog-coord-test-{os.getpid()}-{id(self)}.log")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.endpoint: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_healthy(self, timeout: float = 60.0) -> str:
+        storage = Storage.for_url(self.root)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"coordinator exited with {self.proc.returncode}:\n"
+                                   f"{self.log_tail()}")
+            try:
+                info = json.loads(storage.get(layout.COORDINATOR_FILE))
+            except (FileNotFoundError, ValueError):
+                info = {}
+            if info.get("pid") == self.proc.pid and CoordinatorClient(info["endpoint"]).healthy():
+                self.endpoint = info["endpoint"]
+                return self.endpoint
+            time.sleep(0.05)
+        raise TimeoutError(f"coordinator not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def client(self, **kw: float) -> CoordinatorClient:
+        assert self.endpoint is not None
+        return CoordinatorClient(self.endpoint, **kw)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+        return self.proc.returncode
+
+    def __enter__(self) -> CoordinatorProc:
+        self.wait_healthy()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
