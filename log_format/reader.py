@@ -152,6 +152,12 @@ class PartitionReader:
         self._snapshot = read_latest_stable(self.storage, not_below=self._snapshot)
         return self._snapshot
 
+    def advance_snapshot(self, snapshot: StableSnapshot | None) -> None:
+        """Adopt a snapshot read elsewhere (one per poll for many partitions); never older."""
+        if snapshot is not None and (self._snapshot is None
+                                     or snapshot.key > self._snapshot.key):
+            self._snapshot = snapshot
+
     @property
     def snapshot(self) -> StableSnapshot | None:
         if self._snapshot is None:
