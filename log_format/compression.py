@@ -130,9 +130,24 @@ def _too_big(codec: Codec, size: str, max_size: int) -> None:
         f"{codec.kafka_name} payload decompresses to {size}, over the {max_size}-byte limit")
 
 
+def _overflow_message(module) -> str:
+    """What this cramjam module says when decompress_into's output buffer is too small."""
+    try:
+        module.decompress_into(bytes(module.compress(b"\x00" * 64)), bytearray(1))
+    except Exception as exc:
+        return str(exc)
+    return ""
+
+
+_OVERFLOW = {m: _overflow_message(m) for m in (cramjam.gzip, cramjam.lz4, cramjam.zstd)}
+
+
 def _bounded(codec: Codec, module, data: bytes | bytearray | memoryview,
              max_size: int) -> bytes:
-    """Decompress into buffers that double up to max_size + 1; overflowing that is a bomb."""
+    """Decompress into buffers that double up to max_size + 1; overflowing that is a bomb.
+
+    Only the "output buffer too small" error retries; garbage fails on the first attempt.
+    """
     limit = max_size + 1
     size = min(limit, max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data)))
     while True:
@@ -140,10 +155,11 @@ def _bounded(codec: Codec, module, data: bytes | bytearray | memoryview,
         try:
             n = module.decompress_into(data, out)
         except Exception as exc:
+            known = _OVERFLOW[module]
+            if known and str(exc) != known:
+                raise  # garbage, not a full buffer (unknown message: keep doubling)
             if size >= limit:
-                if "whole buffer" in str(exc):  # cramjam: the output did not fit
-                    _too_big(codec, f"more than {max_size} bytes", max_size)
-                raise
+                _too_big(codec, f"more than {max_size} bytes", max_size)
             size = min(limit, size * 2)
             continue
         _check_size(codec, n, max_size)
