@@ -198,11 +198,16 @@ def encode_batch(records: Iterable[Record | RecordInput], *, base_offset: int = 
         attributes |= DELETE_HORIZON_FLAG
 
     batch_length = HEADER_SIZE - 12 + len(payload)
-    header = bytearray(pack_header(
-        base_offset=base_offset, batch_length=batch_length, crc=0, attributes=attributes,
-        last_offset_delta=last_offset_delta, base_timestamp=base_ts, max_timestamp=max_ts,
-        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-        records_count=len(recs), partition_leader_epoch=partition_leader_epoch))
+    try:
+        header = bytearray(pack_header(
+            base_offset=base_offset, batch_length=batch_length, crc=0, attributes=attributes,
+            last_offset_delta=last_offset_delta, base_timestamp=base_ts, max_timestamp=max_ts,
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            base_sequence=base_sequence, records_count=len(recs),
+            partition_leader_epoch=partition_leader_epoch))
+    except struct.error as exc:
+        raise ValueError(f"a batch header field is out of range for its Kafka type: "
+                         f"{exc}") from None
     crc = crc32c(payload, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
     struct.pack_into(">I", header, 17, crc)
     return bytes(header) + payload

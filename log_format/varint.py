@@ -13,15 +13,19 @@ MAX_VARLONG_BYTES = 10
 
 
 def zigzag(value: int) -> int:
+    """Signed 64-bit value -> unsigned zigzag form."""
     return (value << 1) ^ (value >> 63)
 
 
 def unzigzag(value: int) -> int:
+    """Unsigned zigzag form (< 2**64) -> signed value."""
     return (value >> 1) ^ -(value & 1)
 
 
 def encode_varint(value: int) -> bytes:
     """Zigzag varint for a signed 32- or 64-bit value."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"varint value {value} does not fit a signed 64-bit integer")
     v = zigzag(value) & 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while v >= 0x80:
@@ -43,13 +47,16 @@ def decode_varint(buf: bytes | bytearray | memoryview, pos: int,
         b = buf[pos + i]
         result |= (b & 0x7F) << shift
         if not b & 0x80:
-            return unzigzag(result), pos + i + 1
+            # Bits past 64 are dropped as Java's long arithmetic drops them.
+            return unzigzag(result & 0xFFFFFFFFFFFFFFFF), pos + i + 1
         shift += 7
     raise CorruptBatchError(f"varint longer than {max_bytes} bytes", position=pos)
 
 
 def encode_unsigned_varint(value: int) -> bytes:
     """Unsigned varint (no zigzag), used by Kafka's flexible-version messages."""
+    if not 0 <= value < (1 << 32):
+        raise ValueError(f"unsigned varint value {value} is outside 0..2^32-1")
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

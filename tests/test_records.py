@@ -209,3 +209,24 @@ def test_varint_round_trip(value: int) -> None:
 def test_varint_known_bytes() -> None:
     assert [encode_varint(v) for v in (0, -1, 1, 20, 64)] == [
         b"\x00", b"\x01", b"\x02", b"\x28", b"\x80\x01"]
+
+
+def test_varint_limits() -> None:
+    # Ten bytes whose high bits overflow 64 bits wrap like Java's long, never grow past it.
+    value, end = decode_varint(b"\xff" * 9 + b"\x7f", 0)
+    assert end == 10 and -(2**63) <= value < 2**63
+    with pytest.raises(CorruptBatchError):
+        decode_varint(b"\xff" * 11, 0)
+    with pytest.raises(TruncatedBatchError):
+        decode_varint(b"\x80\x80", 0)
+    with pytest.raises(ValueError):
+        encode_varint(2**63)
+
+
+def test_out_of_range_header_fields_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        encode_batch([], producer_epoch=40_000)
+    with pytest.raises(ValueError):
+        encode_batch([(b"k", b"v", [], 1)], timestamp_type=2)
+    with pytest.raises(TypeError):
+        encode_batch([(1, b"v", [], 1)])
