@@ -173,3 +173,30 @@ def test_short_tails_are_invalid_bytes(tmp_path, size) -> None:
         assert out[-1] == f"Found {size} invalid bytes at the end of 00000000000000000000.log"
     else:
         assert out[-1].endswith("isvalid: true")
+
+
+def test_fsspec_memory_urls_and_index_cross_check() -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    seg_bytes = b"".join(encode_batch([(b"k", bytes(2000), [], 50 + i)], base_offset=100 + i)
+                         for i in range(8))
+    offsets, times = build_indexes(seg_bytes, 100)
+    root = "memory://dumptest/t-3"
+    with fs.open(f"{root}/00000000000000000100.log", "wb") as f:
+        f.write(seg_bytes)
+    with fs.open(f"{root}/00000000000000000100.index", "wb") as f:
+        f.write(encode_offset_index(offsets, 100))
+    with fs.open(f"{root}/00000000000000000100.timeindex", "wb") as f:
+        f.write(encode_time_index(times, 100))
+    try:
+        rc, out, err = _dump([f"{root}/00000000000000000100.log",
+                              f"{root}/00000000000000000100.index",
+                              f"{root}/00000000000000000100.timeindex"])
+    finally:
+        fs.rm("/dumptest", recursive=True)
+    assert rc == 0 and err == []  # the indexes agree with the log: no mismatch reports
+    assert out[0] == f"Dumping {root}/00000000000000000100.log"
+    assert out[1] == "Log starting offset: 100" and len([o for o in out if "baseOffset" in o]) == 8
+    assert f"offset: {offsets[0].offset} position: {offsets[0].position}" in out
+    assert out[-1] == f"timestamp: {times[-1].timestamp} offset: {times[-1].offset}"
