@@ -156,25 +156,33 @@ def test_s3_missing_bucket_is_a_clear_error(s3_server: Any) -> None:
 # ------------------------------------------------------------------- the race
 
 
-def _racer(root: str, env: dict[str, str], who: int, keys: int, barrier: Any,
+def _body(who: int, k: int, size: int) -> bytes:
+    unit = f"writer-{who}-{k};".encode()
+    return (unit * (1 + k % 3 + size // len(unit)))[: max(size, len(unit) * (1 + k % 3))]
+
+
+def _racer(root: str, env: dict[str, str], who: int, keys: int, size: int, barrier: Any,
            results: Any) -> None:
     os.environ.update(env)
     st = Storage.for_url(root)
     st.exists("race/warm-up")  # connect before the start line
+    bodies = [_body(who, k, size) for k in range(keys)]
     barrier.wait(timeout=120)
-    won = [st.put_if_absent(f"race/{k:020d}.log", f"writer-{who}-{k}".encode() * (1 + k % 3))
-           for k in range(keys)]
+    won = [st.put_if_absent(f"race/{k:020d}.log", bodies[k]) for k in range(keys)]
     results.put((who, won))
 
 
-@pytest.mark.parametrize("procs,keys", [(6, 25)])
-def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: int) -> None:
-    """All processes start together (barrier) and walk the same keys in the same order."""
+@pytest.mark.parametrize("procs,keys,size", [(6, 25, 0), (3, 2, 6 << 20)],
+                         ids=["small", "6MiB"])
+def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: int,
+                                               size: int) -> None:
+    """All processes start together (barrier) and walk the same keys in the same order;
+    the 6 MiB case is where non-atomic fakes (moto) let two writers win."""
     env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(procs)
     results = ctx.Queue()
-    workers = [ctx.Process(target=_racer, args=(any_root, env, who, keys, barrier, results))
+    workers = [ctx.Process(target=_racer, args=(any_root, env, who, keys, size, barrier, results))
                for who in range(procs)]
     for w in workers:
         w.start()
@@ -186,8 +194,7 @@ def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: 
     for k in range(keys):
         winners = [who for who in range(procs) if won[who][k]]
         assert len(winners) == 1, f"key {k}: winners {winners}"
-        held = st.get(f"race/{k:020d}.log")
-        assert held == f"writer-{winners[0]}-{k}".encode() * (1 + k % 3)
+        assert st.get(f"race/{k:020d}.log") == _body(winners[0], k, size)
     assert len(st.list("race")) == keys
 
 
