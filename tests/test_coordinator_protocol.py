@@ -54,7 +54,7 @@ def partition_objects(storage: Storage, topic: str, p: int) -> list[tuple[int, b
 
 def check_partition(storage: Storage, topic: str, p: int) -> dict[str, object]:
     """Parse every object of a partition; return markers and data batches found."""
-    markers: list[tuple[int, int, ControlType]] = []
+    markers: list[tuple[int, int, ControlType, int]] = []  # offset, pid, type, epoch
     data: list[tuple[int, int, int]] = []  # (base offset, pid, records)
     offsets: list[int] = []
     segment = b""
@@ -68,7 +68,8 @@ def check_partition(storage: Storage, topic: str, p: int) -> dict[str, object]:
             offsets.extend(range(b.header.base_offset, b.header.next_offset))
             info = control_info(b)
             if info is not None:
-                markers.append((b.header.base_offset, b.header.producer_id, info.control_type))
+                markers.append((b.header.base_offset, b.header.producer_id, info.control_type,
+                                b.header.producer_epoch))
             else:
                 data.append((b.header.base_offset, b.header.producer_id, len(b.records)))
         segment += blob
@@ -118,7 +119,7 @@ def test_commit_multi_partition_multi_topic(coord: CoordinatorProc) -> None:
         for p in range(n):
             found = check_partition(st, topic, p)
             if found["data"]:
-                assert [m[1:] for m in found["markers"]] == [(pid, ControlType.COMMIT)]
+                assert [m[1:3] for m in found["markers"]] == [(pid, ControlType.COMMIT)]
     # keyed records landed where Kafka's partitioner puts them
     from txnlog.log_format.partitioner import partition_for_key
     for f, i in zip(futs[:30], range(30), strict=True):
