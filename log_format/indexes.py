@@ -170,13 +170,18 @@ def decode_offset_index(data: bytes | bytearray | memoryview, base_offset: int,
 
 
 def encode_time_index(entries: Iterable[TimeEntry | tuple[int, int]], base_offset: int) -> bytes:
-    """``.timeindex`` bytes; timestamps and offsets must not decrease (TimeIndex rules)."""
+    """``.timeindex`` bytes; timestamps and offsets must strictly increase.
+
+    TimeIndex.maybeAppend only appends a greater timestamp (whose offset is then later), so
+    Kafka never writes a repeat, and a reader would take one for the zero-filled tail.
+    """
     out = bytearray()
     prev: tuple[int, int] | None = None
     for timestamp, offset in entries:
         rel = _relative(offset, base_offset, "time index")
-        if prev is not None and (timestamp < prev[0] or rel < prev[1]):
-            raise ValueError(f"time index entry ({timestamp}, {offset}) goes backwards")
+        if prev is not None and (timestamp <= prev[0] or rel <= prev[1]):
+            raise ValueError(f"time index entry ({timestamp}, {offset}) does not follow the "
+                             f"previous one")
         prev = (timestamp, rel)
         out += TIME_ENTRY.pack(timestamp, rel)
     return bytes(out)

@@ -84,12 +84,14 @@ def test_time_index_layout_and_trailing_zeros() -> None:
     data = encode_time_index(entries, base_offset=0)
     assert data == struct.pack(">qiqi", 1000, 3, 1500, 9)
     assert decode_time_index(data + b"\x00" * 24, 0) == entries
-    with pytest.raises(ValueError):
-        encode_time_index([TimeEntry(10, 3), TimeEntry(9, 4)], 0)
+    for bad in ([TimeEntry(10, 3), TimeEntry(9, 4)], [TimeEntry(10, 3), TimeEntry(10, 4)],
+                [TimeEntry(10, 3), TimeEntry(11, 3)]):
+        with pytest.raises(ValueError):
+            encode_time_index(bad, 0)
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 5000), st.integers(0, 10**6)),
+@given(st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 5000), st.integers(1, 10**6)),
                 max_size=20), st.integers(0, 2**40))
 def test_offset_and_time_index_round_trip(steps, base) -> None:
     off, ts = [], []
