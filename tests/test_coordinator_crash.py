@@ -235,3 +235,32 @@ def test_reader_never_sees_partial_transaction(tmp_path: Path) -> None:
         th.join(60)
         assert not failures, failures[:3]
         assert len(seen) > 1 and max(seen) == n_txn - n_txn // 5
+
+
+@pytest.mark.parametrize("fault", ["after_prepare", "after_marker:2"])
+def test_crash_during_commit_on_s3(fault: str, s3_root: str, tmp_path: Path) -> None:
+    root = s3_root
+    st = Storage.for_url(root)
+    proc = CoordinatorProc(root, faults=fault, log_path=tmp_path / "c1.log")
+    proc.wait_healthy()
+    c = proc.client(retry_for=0.5)
+    c.create_topic("t", PARTS)
+    pid, ep = c.init_producer_id("tx")
+    run_txn(c, st, "tx", pid, ep, "one")
+    with pytest.raises(CoordinatorUnavailableError):
+        c.end_txn("tx", pid, ep, True)
+    assert proc.wait(30) == -9
+    proc.stop()
+    with CoordinatorProc(root, log_path=tmp_path / "c2.log") as proc2:
+        assert proc2.client().end_txn("tx", pid, ep, True)["outcome"] == "commit"
+        assert committed_values(st) == [[f"one-{p}".encode()] for p in range(PARTS)]
+        assert assert_consistent(st)[(pid, ep)] == {ControlType.COMMIT}
+
+
+def test_graceful_sigterm_exits_zero_and_unregisters(tmp_path: Path) -> None:
+    root = (tmp_path / "root").as_uri()
+    proc = CoordinatorProc(root, log_path=tmp_path / "c.log")
+    proc.wait_healthy()
+    proc.client().create_topic("t", 1)
+    assert proc.stop() == 0
+    assert not Storage.for_url(root).exists(layout.COORDINATOR_FILE)
