@@ -102,7 +102,7 @@ def decode_to_arrow(data: Any, *, topic: str, partition: int, start_offset: int 
             message = kernel_message(status)
         raise CorruptBatchError(message, position=where, offset=int(row["base_offset"]),
                                 source=source)
-    batch = _to_record_batch(out, topic, partition, include_headers)
+    batch = _to_record_batch(out, topic, partition, include_headers, source)
     return DecodeResult(batch, next_offset)
 
 
@@ -144,8 +144,21 @@ def _binary(type_: pa.DataType, n: int, valid: np.ndarray, nulls: int, off: np.n
                                             pa.py_buffer(data[:used])], null_count=nulls)
 
 
-def _to_record_batch(out: tuple, topic: str, partition: int,
-                     include_headers: bool) -> pa.RecordBatch:
+def _raise_bad_header_key(hk_off: np.ndarray, hk_data: np.ndarray, nh: int,
+                          list_off: np.ndarray, offsets: np.ndarray, source: str | None) -> None:
+    """Error path only: find the record whose header key is not UTF-8 and name its offset."""
+    for h in range(nh):
+        try:
+            bytes(hk_data[hk_off[h]:hk_off[h + 1]]).decode("utf-8")
+        except UnicodeDecodeError:
+            row = int(np.searchsorted(list_off, h, side="right")) - 1
+            raise CorruptBatchError("record header key is not valid UTF-8",
+                                    offset=int(offsets[row]), source=source) from None
+    raise CorruptBatchError("record header keys are not valid UTF-8", source=source)
+
+
+def _to_record_batch(out: tuple, topic: str, partition: int, include_headers: bool,
+                     source: str | None = None) -> pa.RecordBatch:
     (_, _, _, n, kpos, vpos, key_off, key_data, key_valid, val_off, val_data, val_valid,
      offsets, stamps, ts_types, nh, hkpos, hvpos, list_off, list_valid, hk_off, hk_data,
      hv_off, hv_data, hv_valid) = out
@@ -171,8 +184,8 @@ def _to_record_batch(out: tuple, topic: str, partition: int,
         hkeys = _binary(pa.string(), nh, np.empty(0, np.uint8), 0, hk_off, hk_data, hkpos)
         try:
             hkeys.validate(full=True)
-        except pa.ArrowInvalid as exc:
-            raise LogFormatError(f"a record header key is not valid UTF-8: {exc}") from exc
+        except pa.ArrowInvalid:
+            _raise_bad_header_key(hk_off, hk_data, nh, list_off[:n + 1], offsets, source)
         hvals = _binary(pa.binary(), nh, hv_valid, hv_nulls, hv_off, hv_data, hvpos)
         structs = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE))
         list_nulls = n - int(np.unpackbits(list_valid, count=n, bitorder="little").sum()) \
