@@ -163,7 +163,8 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0,
             and header.records_count * MIN_RECORD_SIZE > header.batch_length - MIN_BATCH_LENGTH):
         # An uncompressed record takes at least 7 bytes: refuse a count before trusting it.
         raise CorruptBatchError(
-            f"record count {header.records_count} cannot fit in {header.batch_length} bytes",
+            f"record count mismatch: {header.records_count} records cannot fit in "
+            f"{header.batch_length - MIN_BATCH_LENGTH} bytes of record data",
             position=position, offset=base_offset, source=source)
     return header
 
