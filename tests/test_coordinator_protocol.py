@@ -412,3 +412,24 @@ def test_client_pickles_without_connections(coord: CoordinatorProc) -> None:
     c.list_topics()
     c2 = pickle.loads(pickle.dumps(c))
     assert c2.endpoint == c.endpoint and c2.list_topics() == c.list_topics()
+
+
+def test_unconfirmed_idempotent_reservation_is_fenced_and_metrics(tmp_path: Path) -> None:
+    import time
+    import urllib.request
+    root = (tmp_path / "root").as_uri()
+    with CoordinatorProc(root, log_path=tmp_path / "c.log",
+                         extra=["--reservation-timeout-ms", "300"]) as proc:
+        c = proc.client()
+        c.create_topic("t", 1)
+        pid, ep = c.init_producer_id(None)
+        r = c.reserve(pid, ep, {("t", 0): (0, 3)})  # the writer dies before writing
+        deadline = time.monotonic() + 20
+        while c.describe_topic("t")["offsets"][0]["hw"] != 3:
+            assert time.monotonic() < deadline, proc.log_tail()
+            time.sleep(0.1)
+        st = Storage.for_url(root)
+        assert st.get(layout.segment_path("t", 0, r[("t", 0)])) == b""
+        text = urllib.request.urlopen(f"{proc.endpoint}/metrics").read().decode()
+        assert "txnlog_coordinator_reservations_total 1.0" in text
+        assert "txnlog_coordinator_open_transactions" in text
