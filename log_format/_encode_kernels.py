@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._kernels import HEADER_SIZE
+from ._kernels import HEADER_SIZE, memcpy
 
 OK = 0
 E_RECORD_TOO_LARGE = 1  # a record (or one field) would not fit Kafka's int32 lengths
@@ -159,8 +159,8 @@ def _put_field(out, pos, off, valid, data, i):
     start = off[i]
     length = off[i + 1] - start
     pos = _put_svarint(out, pos, length)
-    for j in range(length):
-        out[pos + j] = data[start + j]
+    if length > 0:
+        memcpy(out, pos, data, start, length)
     return pos + length
 
 
@@ -219,8 +219,8 @@ def write(out, rec_pos, hdr_pos, write_headers, first, region, max_ts, body, v_o
                     ks = hk_off[hh]
                     kl = hk_off[hh + 1] - ks
                     pos = _put_svarint(out, pos, kl)
-                    for j in range(kl):
-                        out[pos + j] = hk_data[ks + j]
+                    if kl > 0:
+                        memcpy(out, pos, hk_data, ks, kl)
                     pos += kl
                     pos = _put_field(out, pos, hv_off, hv_valid, hv_data, hh)
             else:

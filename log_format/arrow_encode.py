@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import _encode_kernels as E
-from .arrow_scan import as_u8
 from .batch_header import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -37,22 +35,46 @@ _EMPTY_I64 = np.zeros(1, np.int64)
 _EMPTY_U8 = np.zeros(1, np.uint8)
 
 
-@dataclass
 class EncodedRecords:
-    """Whole v2 batches (baseOffset 0, valid CRCs) of one partition's records."""
+    """Whole v2 batches (baseOffset 0, valid CRCs) of one partition's records.
 
-    data: bytearray
-    positions: np.ndarray  # int64 start of each batch in data
-    counts: np.ndarray  # int32 records per batch
-    record_count: int
+    The bytes are kept in the buffer the kernel wrote; ``data`` converts them to a bytearray
+    on first access only (a bytearray is zero-filled on allocation, a full extra pass over
+    the data that the hot path, ``with_base_offset``, does not need).
+    """
+
+    __slots__ = ("_buf", "_data", "counts", "positions", "record_count")
+
+    def __init__(self, data: bytearray | np.ndarray, positions: np.ndarray, counts: np.ndarray,
+                 record_count: int) -> None:
+        self._buf = data
+        self._data = data if isinstance(data, bytearray) else None
+        self.positions = positions  # int64 start of each batch in data
+        self.counts = counts  # int32 records per batch
+        self.record_count = record_count
+
+    @property
+    def data(self) -> bytearray:
+        if self._data is None:
+            self._data = bytearray(self._buf)
+            self._buf = self._data
+        return self._data
+
+    def __len__(self) -> int:
+        """Size in bytes of all batches."""
+        return len(self._buf)
+
+    def __repr__(self) -> str:
+        return (f"EncodedRecords({len(self.positions)} batches, {self.record_count} records, "
+                f"{len(self)} bytes)")
 
     def with_base_offset(self, base: int) -> bytes:
         """The batches with batch i at offset base + sum(counts[:i]); CRCs stay valid."""
         if not len(self.positions):
             return b""
         bases = base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
-        ends = [*self.positions[1:].tolist(), len(self.data)]
-        view = memoryview(self.data)
+        ends = [*self.positions[1:].tolist(), len(self._buf)]
+        view = memoryview(self._buf)
         parts: list[Any] = []
         for pos, end, off in zip(self.positions.tolist(), ends, bases.tolist(), strict=True):
             parts.append(struct.pack(">q", off))
@@ -114,14 +136,14 @@ def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
     if codec is Codec.NONE:
         sizes = region + HEADER_SIZE
         positions = np.cumsum(sizes) - sizes
-        data = bytearray(int(sizes.sum()))
-        status = E.write(as_u8(data), positions + HEADER_SIZE, positions, True, *payload_args)
+        data = np.empty(int(sizes.sum()), np.uint8)
+        status = E.write(data, positions + HEADER_SIZE, positions, True, *payload_args)
         if status != E.OK:
             raise AssertionError(f"encode kernel status {status}")  # plan/write disagree
         view = memoryview(data)
         for pos, size in zip(positions.tolist(), sizes.tolist(), strict=True):
             crc = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size])
-            struct.pack_into(">I", data, pos + CRC_OFFSET, crc)
+            struct.pack_into(">I", view, pos + CRC_OFFSET, crc)
         return EncodedRecords(data, positions.astype(np.int64), counts, n)
     rec_pos = np.cumsum(region) - region
     scratch = np.empty(int(region.sum()), np.uint8)
