@@ -1,4 +1,8 @@
 """Spark 4 imports every top-level ``pyspark_*`` module and registers its ``DefaultSource``.
 
-Kept cheap: the real source lives in txnlog.datasource.
+Kept cheap and free of side effects: Spark imports it in every lookup worker.
 """
+
+from txnlog.datasource.source import TxnlogDataSource as DefaultSource
+
+__all__ = ["DefaultSource"]

@@ -1,0 +1,115 @@
+"""``spark.read.format("txnlog")``: plan on the driver, decode straight to Arrow in tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from .options import ReadOptions
+from .planning import OffsetRange, partition_snapshot, plan_ranges, split_ranges
+from .projection import arrow_schema, check_requested_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+    from txnlog.log_format.stable import StableSnapshot
+
+    from .pushdown import RowFilter
+
+
+@dataclass
+class TxnlogInputPartition(InputPartition):
+    """One task: an offset range of one partition, with the stable snapshot it was planned
+    against (so every task agrees on where "latest" is)."""
+
+    range: OffsetRange
+    snapshot: StableSnapshot | None
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, self.range)
+
+
+class TxnlogBatchReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.needs_headers = check_requested_schema(schema, opts.include_headers)
+        self.schema = schema
+        self.filters: list[RowFilter] = []
+
+    def partitions(self) -> list[InputPartition]:
+        from txnlog.log_format.storage import Storage
+
+        storage = Storage.for_url(self.opts.root, self.opts.storage_options)
+        ranges, snapshot = plan_ranges(storage, self.opts)
+        if self.filters:
+            ranges = self._narrow(storage, ranges, snapshot)
+        pieces = split_ranges(ranges, self.opts.min_partitions,
+                              self.opts.max_records_per_partition)
+        return [TxnlogInputPartition(r, partition_snapshot(snapshot, r.topic, r.partition))
+                for r in pieces]
+
+    def _narrow(self, storage: object, ranges: list[OffsetRange],
+                snapshot: StableSnapshot | None) -> list[OffsetRange]:
+        """Prune by pushed filters; a timestamp lower bound skips whole batches whose
+        maxTimestamp is below it (Kafka's offsetsForTimes), which is exact for a floor."""
+        from dataclasses import replace
+
+        from txnlog.log_format.reader import PartitionReader
+
+        from .pushdown import narrow, timestamp_floor_ms
+
+        ranges = narrow(ranges, self.filters)
+        floor = timestamp_floor_ms(self.filters)
+        if floor is None:
+            return ranges
+        out = []
+        for r in ranges:
+            reader = PartitionReader(storage, r.topic, r.partition,  # type: ignore[arg-type]
+                                     isolation_level=self.opts.isolation_level,
+                                     snapshot=partition_snapshot(snapshot, r.topic, r.partition))
+            found = reader.offset_for_timestamp(floor)
+            start = r.end if found is None else max(r.start, found)
+            if start < r.end:
+                out.append(replace(r, start=start))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from txnlog.log_format.reader import PartitionReader
+        from txnlog.log_format.storage import Storage
+
+        from .projection import project
+
+        assert isinstance(partition, TxnlogInputPartition)
+        r = partition.range
+        target = arrow_schema(self.schema)
+        storage = Storage.for_url(self.opts.root, self.opts.storage_options)
+        reader = PartitionReader(storage, r.topic, r.partition,
+                                 isolation_level=self.opts.isolation_level,
+                                 include_headers=self.needs_headers,
+                                 snapshot=partition.snapshot)
+        for chunk in reader.read(r.start, r.end):
+            batch = chunk.batch
+            if self.filters:
+                from .pushdown import apply
+
+                batch = apply(batch, self.filters)
+                if batch.num_rows == 0:
+                    continue
+            yield project(batch, target)
+
+
+class TxnlogFilteringBatchReader(TxnlogBatchReader):
+    """The reader with ``pushFilters`` (option ``pushFilters=true``).
+
+    A separate class because PySpark fails every read of a reader that merely defines
+    ``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled`` is true.
+    """
+
+    def pushFilters(self, filters: list) -> list:
+        from .pushdown import accept
+
+        self.filters, rest = accept(filters)
+        return rest

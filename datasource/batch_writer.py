@@ -1,0 +1,98 @@
+"""``df.write.format("txnlog")``: one Kafka transaction per write, exactly once.
+
+``writer()`` runs in a planner worker before any task (and before upstream stages): it fixes
+the transaction's identity (InitProducerId), which travels to the tasks inside the pickled
+writer. The coordinator starts the transaction's timer only when the first task joins, and
+tasks heartbeat while they write, so a long shuffle before the write cannot time it out.
+Each task attempt is a member producer; ``commit()`` commits exactly the members Spark
+reports (the successful attempt of each partition) and aborts every other attempt's rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+from .options import InvalidOptionError, WriteOptions
+from .routing import check_write_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+    from txnlog.coordinator.client import CoordinatorClient
+
+log = logging.getLogger(__name__)
+
+
+def coordinator_client(opts: WriteOptions) -> CoordinatorClient:
+    """The client for the ``coordinator`` option, or for the root's embedded coordinator."""
+    from txnlog.coordinator.client import CoordinatorClient
+    from txnlog.coordinator.embedded import coordinator_for_root
+
+    endpoint = opts.coordinator or coordinator_for_root(opts.root, opts.storage_options)
+    return CoordinatorClient(endpoint)
+
+
+def ensure_topic(client: CoordinatorClient, opts: WriteOptions) -> None:
+    """Create the ``topic`` option's topic if absent; refuse a conflicting partition count."""
+    if opts.topic is None:
+        return
+    meta = client.create_topic(opts.topic, opts.partitions or 1, exist_ok=True)
+    if opts.partitions is not None and int(meta["partitions"]) != opts.partitions:
+        raise InvalidOptionError(
+            f"topic {opts.topic!r} already exists with {meta['partitions']} partitions, but "
+            f"option 'partitions' asks for {opts.partitions}; drop the option or use another "
+            "topic")
+
+
+class TxnlogBatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        check_write_schema(schema, opts.topic)
+        self.opts = opts
+        client = coordinator_client(opts)
+        self.endpoint = client.endpoint
+        ensure_topic(client, opts)
+        self.transactional_id = opts.transactional_id or f"txnlog-write-{uuid.uuid4().hex}"
+        self.producer_id, self.epoch = client.init_producer_id(
+            self.transactional_id, opts.transaction_timeout_ms)
+
+    def _client(self) -> CoordinatorClient:
+        from txnlog.coordinator.client import CoordinatorClient
+
+        return CoordinatorClient(self.endpoint)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from .task_writer import Membership, run_task
+
+        return run_task(iterator, self.opts, self._client(),
+                        Membership(self.transactional_id, self.producer_id, self.epoch))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from .task_writer import TxnlogCommitMessage
+
+        members = [m.member_id for m in messages if isinstance(m, TxnlogCommitMessage)]
+        if len(members) != len(messages):
+            raise RuntimeError("txnlog commit: a partition has no successful task attempt")
+        if not members:  # a write of zero partitions: no member ever opened the transaction
+            return
+        result = self._client().end_txn(self.transactional_id, self.producer_id, self.epoch,
+                                        commit=True, members=members)
+        if result.get("outcome") != "commit":
+            raise RuntimeError(f"txnlog commit of {self.transactional_id!r} ended as "
+                               f"{result.get('outcome')!r}")
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Abort whatever is not decided; after a commit that did land, this is a no-op."""
+        from txnlog.coordinator.errors import CoordinatorError
+
+        client = self._client()
+        try:
+            client.end_txn(self.transactional_id, self.producer_id, self.epoch, commit=False)
+        except CoordinatorError as exc:
+            state = client.describe_txn(self.transactional_id)
+            log.warning("txnlog abort of %r: %s (transaction state now %s)",
+                        self.transactional_id, exc, state.get("state"))

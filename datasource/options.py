@@ -1,0 +1,366 @@
+"""Parsing and validation of the ``txnlog`` data source options.
+
+Option names follow Spark's Kafka connector where the meaning is the same, so a user can
+move a job over by changing ``format("kafka")`` to ``format("txnlog")`` and dropping the
+``kafka.*`` settings. Unknown or contradictory options are refused up front with a message
+that names the option: a typo must not silently read the wrong data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from txnlog.log_format.compression import Codec
+from txnlog.log_format.errors import TxnlogError
+
+EARLIEST = -2
+LATEST = -1
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+
+# Options Spark itself adds (lower-case, as PySpark's CaseInsensitiveDict stores them).
+SPARK_OPTIONS = {"path", "paths", "checkpointlocation", "queryname"}
+
+COMMON = {"coordinator"}
+READ = {
+    "subscribe", "subscribepattern", "assign",
+    "startingoffsets", "endingoffsets",
+    "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
+    "endingtimestamp", "endingoffsetsbytimestamp",
+    "isolation.level", "includeheaders", "minpartitions", "maxrecordsperpartition",
+    "failondataloss", "pushfilters",
+}
+STREAM_READ = {"maxoffsetspertrigger", "maxbytespertrigger", "groupid", "maxtriggerdelay"}
+WRITE = {
+    "topic", "partitions", "compression", "compression.level", "transactional.id",
+    "transaction.timeout.ms", "batch.size",
+}
+
+Kind = Literal["batch_read", "stream_read", "batch_write", "stream_write"]
+
+
+class InvalidOptionError(TxnlogError, ValueError):
+    """An option the data source does not know, or a value it cannot use."""
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topics/partitions to read: exactly one of Spark's three ways."""
+
+    kind: Literal["subscribe", "subscribePattern", "assign"]
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "assign":
+            return any(t == topic for t, _ in self.assign)
+        assert self.pattern is not None
+        return re.fullmatch(self.pattern, topic) is not None
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """A starting or ending position: earliest, latest, per-partition offsets or timestamps.
+
+    ``offsets`` maps (topic, partition) to an offset (-2 earliest, -1 latest);
+    ``timestamps`` maps (topic, partition) to a timestamp in ms; ``timestamp`` applies one
+    timestamp to every partition. Partitions not named fall back to ``default``.
+    """
+
+    default: int = EARLIEST
+    offsets: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    timestamps: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    root: str
+    storage_options: dict[str, str]
+    coordinator: str | None
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    timestamp_strategy: Literal["error", "latest"]
+    isolation_level: str
+    include_headers: bool
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    fail_on_data_loss: bool
+    push_filters: bool
+    max_offsets_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    group_id: str | None = None
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    root: str
+    storage_options: dict[str, str]
+    coordinator: str | None
+    topic: str | None
+    partitions: int | None  # for auto-created topics; None = not given (Kafka's 1)
+    compression: Codec
+    compression_level: int | None
+    transactional_id: str | None
+    transaction_timeout_ms: int
+    batch_size: int
+    checkpoint_location: str | None = None
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """``storage.*`` options, prefix stripped, for fsspec."""
+    return {k[len("storage."):]: v for k, v in options.items() if k.lower().startswith("storage.")}
+
+
+def check_known(options: Mapping[str, str], kind: Kind) -> None:
+    """Refuse any option this kind of query does not understand, naming it."""
+    allowed = SPARK_OPTIONS | COMMON
+    if kind in ("batch_read", "stream_read"):
+        allowed |= READ
+    if kind == "stream_read":
+        allowed |= STREAM_READ
+    if kind in ("batch_write", "stream_write"):
+        allowed |= WRITE
+    for key in options:
+        low = key.lower()
+        if low in allowed or low.startswith("storage."):
+            continue
+        if low.startswith("kafka."):
+            raise InvalidOptionError(
+                f"option {key!r}: txnlog has no Kafka brokers; drop the kafka.* settings and "
+                "pass the log's root to load()/save()/start() (storage settings go in "
+                "storage.* options)")
+        if kind == "batch_read" and low in STREAM_READ:
+            raise InvalidOptionError(f"option {key!r} applies to streaming reads only")
+        raise InvalidOptionError(
+            f"unknown option {key!r} for a txnlog {kind.replace('_', ' ')}; known options: "
+            f"{', '.join(sorted(allowed - SPARK_OPTIONS))}, storage.*")
+
+
+def _root(options: Mapping[str, str]) -> str:
+    path = options.get("path")
+    if options.get("paths"):
+        paths = json.loads(options["paths"])
+        if len(paths) > 1 or (path and paths and paths[0] != path):
+            raise InvalidOptionError("txnlog reads one root at a time; pass a single path")
+        path = path or (paths[0] if paths else None)
+    if not path:
+        raise InvalidOptionError(
+            "no txnlog root given: pass it as load(root) / save(root) / start(root) or "
+            "option('path', root), e.g. 'file:///data/txnlog' or 's3://bucket/prefix'")
+    return path
+
+
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    raise InvalidOptionError(f"option {key!r} must be true or false, not {raw!r}")
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None, *,
+         minimum: int | None = None) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidOptionError(f"option {key!r} must be an integer, not {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise InvalidOptionError(f"option {key!r} must be at least {minimum}, not {value}")
+    return value
+
+
+def _json_obj(key: str, raw: str) -> dict:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidOptionError(
+            f"option {key!r} is not valid JSON ({exc.msg}): expected e.g. "
+            '{"topicA":{"0":23,"1":-1}}') from None
+    if not isinstance(value, dict):
+        raise InvalidOptionError(f"option {key!r} must be a JSON object, e.g. "
+                                 '{"topicA":{"0":23,"1":-1}}')
+    return value
+
+
+def _per_partition(key: str, raw: str) -> dict[tuple[str, int], int]:
+    """Spark's ``{"topic": {"partition": value}}`` JSON."""
+    out: dict[tuple[str, int], int] = {}
+    for topic, parts in _json_obj(key, raw).items():
+        if not isinstance(parts, dict):
+            raise InvalidOptionError(
+                f"option {key!r}: the value for topic {topic!r} must map partitions to numbers")
+        for part, value in parts.items():
+            try:
+                p = int(part)
+            except ValueError:
+                raise InvalidOptionError(
+                    f"option {key!r}: partition {part!r} of topic {topic!r} is not a "
+                    "number") from None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidOptionError(
+                    f"option {key!r}: value for {topic}-{p} must be an integer, not {value!r}")
+            out[(topic, p)] = value
+    return out
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k)]
+    if len(given) != 1:
+        names = "', '".join(given) if given else "none"
+        raise InvalidOptionError(
+            "give exactly one of the options 'subscribe' (comma-separated topics), "
+            f"'subscribePattern' (a regex) or 'assign' (JSON); got: '{names}'")
+    key = given[0]
+    raw = options[key]
+    if key == "subscribe":
+        from txnlog.log_format.layout import validate_topic
+
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise InvalidOptionError("option 'subscribe' names no topic")
+        for t in topics:
+            validate_topic(t)
+        return Subscription("subscribe", topics=topics)
+    if key == "subscribepattern":
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise InvalidOptionError(
+                f"option 'subscribePattern' is not a valid regex: {exc}") from None
+        return Subscription("subscribePattern", pattern=raw)
+    assigned: list[tuple[str, int]] = []
+    for topic, parts in _json_obj("assign", raw).items():
+        if not isinstance(parts, list) or not all(
+                isinstance(p, int) and not isinstance(p, bool) for p in parts):
+            raise InvalidOptionError(
+                f"option 'assign': topic {topic!r} must map to a list of partition numbers, "
+                'e.g. {"topicA":[0,1]}')
+        assigned.extend((topic, p) for p in parts)
+    if not assigned:
+        raise InvalidOptionError("option 'assign' names no partition")
+    return Subscription("assign", assign=tuple(sorted(set(assigned))))
+
+
+def _offset_spec(options: Mapping[str, str], *, starting: bool, streaming: bool) -> OffsetSpec:
+    prefix = "starting" if starting else "ending"
+    ts_one = options.get(f"{prefix}timestamp")
+    ts_json = options.get(f"{prefix}offsetsbytimestamp")
+    offsets_raw = options.get(f"{prefix}offsets")
+    if not starting and streaming and (ts_one or ts_json or offsets_raw):
+        raise InvalidOptionError(
+            "ending offsets/timestamps apply to batch reads only; a stream has no end")
+    # Spark's defaults: batch reads start at earliest, streams at latest; batch reads end at
+    # the latest stable offset.
+    default = (LATEST if streaming else EARLIEST) if starting else LATEST
+    if ts_one is not None:
+        ts = _int(options, f"{prefix}timestamp", None)
+        return OffsetSpec(default=default, timestamp=ts)
+    if ts_json is not None:
+        return OffsetSpec(default=default,
+                          timestamps=_per_partition(f"{prefix}OffsetsByTimestamp", ts_json))
+    if offsets_raw is None:
+        return OffsetSpec(default=default)
+    low = offsets_raw.strip().lower()
+    name = f"{prefix}Offsets"
+    if low in ("earliest", "latest"):
+        value = EARLIEST if low == "earliest" else LATEST
+        if starting and not streaming and value == LATEST:
+            raise InvalidOptionError(
+                "startingOffsets='latest' is not allowed for batch reads (it would read "
+                "nothing); use 'earliest' or per-partition offsets")
+        if not starting and value == EARLIEST:
+            raise InvalidOptionError(
+                "endingOffsets='earliest' is not allowed; use 'latest' or per-partition offsets")
+        return OffsetSpec(default=value)
+    offsets = _per_partition(name, offsets_raw)
+    for tp, off in offsets.items():
+        if off < EARLIEST:
+            raise InvalidOptionError(f"option {name!r}: offset {off} for {tp[0]}-{tp[1]} is "
+                                     "invalid (use >= 0, -2 for earliest or -1 for latest)")
+        if starting and not streaming and off == LATEST:
+            raise InvalidOptionError(
+                f"option {name!r}: -1 (latest) is not allowed as a batch starting offset "
+                f"({tp[0]}-{tp[1]})")
+        if not starting and off == EARLIEST:
+            raise InvalidOptionError(
+                f"option {name!r}: -2 (earliest) is not allowed as an ending offset "
+                f"({tp[0]}-{tp[1]})")
+    return OffsetSpec(default=default, offsets=offsets)
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    check_known(options, "stream_read" if streaming else "batch_read")
+    isolation = (options.get("isolation.level") or READ_COMMITTED).strip().lower()
+    if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise InvalidOptionError(
+            f"option 'isolation.level' must be read_committed or read_uncommitted, "
+            f"not {options.get('isolation.level')!r}")
+    strategy = (options.get("startingoffsetsbytimestampstrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidOptionError(
+            "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
+    return ReadOptions(
+        root=_root(options),
+        storage_options=storage_options(options),
+        coordinator=options.get("coordinator"),
+        subscription=_subscription(options),
+        starting=_offset_spec(options, starting=True, streaming=streaming),
+        ending=_offset_spec(options, starting=False, streaming=streaming),
+        timestamp_strategy=strategy,  # type: ignore[arg-type]
+        isolation_level=isolation,
+        include_headers=_bool(options, "includeheaders", False),
+        min_partitions=_int(options, "minpartitions", None, minimum=1),
+        max_records_per_partition=_int(options, "maxrecordsperpartition", None, minimum=1),
+        fail_on_data_loss=_bool(options, "failondataloss", True),
+        push_filters=_bool(options, "pushfilters", False),
+        max_offsets_per_trigger=_int(options, "maxoffsetspertrigger", None, minimum=1),
+        max_bytes_per_trigger=_int(options, "maxbytespertrigger", None, minimum=1),
+        group_id=options.get("groupid") or None,
+    )
+
+
+def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
+    check_known(options, "stream_write" if streaming else "batch_write")
+    topic = options.get("topic") or None
+    if topic is not None:
+        from txnlog.log_format.layout import validate_topic
+
+        validate_topic(topic)
+    try:
+        codec = Codec.parse(options.get("compression") or "none")
+    except ValueError as exc:
+        raise InvalidOptionError(f"option 'compression': {exc}") from None
+    timeout = _int(options, "transaction.timeout.ms", 60_000, minimum=1)
+    assert timeout is not None
+    return WriteOptions(
+        root=_root(options),
+        storage_options=storage_options(options),
+        coordinator=options.get("coordinator"),
+        topic=topic,
+        partitions=_int(options, "partitions", None, minimum=1),
+        compression=codec,
+        compression_level=_int(options, "compression.level", None),
+        transactional_id=options.get("transactional.id") or None,
+        transaction_timeout_ms=timeout,
+        batch_size=_int(options, "batch.size", 1 << 20, minimum=1024) or (1 << 20),
+        checkpoint_location=options.get("checkpointlocation"),
+    )

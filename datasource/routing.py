@@ -1,0 +1,148 @@
+"""Route the rows of a Spark write to topic-partitions, the way Kafka's producer does.
+
+Per row: the ``topic`` option, else the ``topic`` column (as in Spark's Kafka sink, the
+option wins); the ``partition`` column when set, else ``toPositive(murmur2(key)) % n`` for
+keyed rows (so Spark and any Kafka producer agree where a key lives), else one sticky
+partition per task and topic (Kafka's null-key default). Grouping is vectorized: one sort
+of the routing keys, then one ``take`` per topic-partition.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from txnlog.log_format.partitioner import partitions_for_keys
+
+from .options import InvalidOptionError
+
+# Arrow types a write column may have (Spark hands the session time zone to timestamps).
+VALUE_TYPES = (pa.binary(), pa.string(), pa.large_binary(), pa.large_string())
+RECORD_COLUMNS = ("key", "value", "headers", "timestamp")
+ALL_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
+
+
+def check_write_schema(schema: pa.Schema | object, topic_option: str | None) -> None:
+    """Refuse a DataFrame a txnlog write cannot take, naming the column and the fix.
+
+    Accepts a pyarrow schema or a Spark StructType (by field names and simple strings).
+    """
+    if isinstance(schema, pa.Schema):
+        fields = {f.name: str(f.type) for f in schema}
+        kinds = {
+            "key": ("binary", "string", "large_binary", "large_string"),
+            "value": ("binary", "string", "large_binary", "large_string"),
+            "topic": ("string", "large_string"),
+            "partition": ("int32", "int64", "int16", "int8"),
+        }
+    else:
+        fields = {f.name: f.dataType.simpleString() for f in schema.fields}  # type: ignore[attr-defined]
+        kinds = {
+            "key": ("binary", "string"),
+            "value": ("binary", "string"),
+            "topic": ("string",),
+            "partition": ("int", "bigint", "smallint", "tinyint"),
+        }
+    unknown = [n for n in fields if n not in ALL_COLUMNS]
+    if unknown:
+        raise InvalidOptionError(
+            f"txnlog cannot write column(s) {', '.join(map(repr, unknown))}: a write takes "
+            "value (required), key, topic, partition, headers and timestamp; select() or "
+            "to_json(struct(...)) the rest into value")
+    if "value" not in fields:
+        raise InvalidOptionError(
+            "a txnlog write needs a 'value' column (string or binary), e.g. "
+            "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')")
+    for name, allowed in kinds.items():
+        if name in fields and fields[name] not in allowed:
+            raise InvalidOptionError(
+                f"column {name!r} is {fields[name]}; txnlog needs one of {', '.join(allowed)}")
+    if "timestamp" in fields and not fields["timestamp"].startswith("timestamp"):
+        raise InvalidOptionError(f"column 'timestamp' is {fields['timestamp']}; it must be a "
+                                 "timestamp")
+    if "headers" in fields and not fields["headers"].replace(" ", "").startswith(
+            ("array<struct<key:string,value:binary>>", "list<")):
+        raise InvalidOptionError(
+            f"column 'headers' is {fields['headers']}; it must be "
+            "array<struct<key: string, value: binary>>")
+    if topic_option is None and "topic" not in fields:
+        raise InvalidOptionError(
+            "no topic to write to: set option('topic', name) or add a 'topic' column")
+
+
+@dataclass
+class Router:
+    """Routes batches for one task; keeps the task's sticky partitions for null keys."""
+
+    topic_option: str | None
+    partitions_of: Callable[[str], int]
+    sticky: dict[str, int] = field(default_factory=dict)
+
+    def _sticky(self, topic: str, n: int) -> int:
+        if topic not in self.sticky:
+            self.sticky[topic] = random.randrange(n)
+        return self.sticky[topic]
+
+    def route(self, batch: pa.RecordBatch) -> dict[tuple[str, int], pa.RecordBatch]:
+        """Split ``batch`` into per-(topic, partition) batches of the record columns."""
+        n_rows = batch.num_rows
+        if n_rows == 0:
+            return {}
+        names = batch.schema.names
+        if self.topic_option is not None:
+            topics = [self.topic_option]
+            topic_codes = np.zeros(n_rows, dtype=np.int64)
+        else:
+            col = batch.column(names.index("topic"))
+            if col.null_count:
+                raise InvalidOptionError(
+                    "a row has a null 'topic' and no topic option is set; every row needs a "
+                    "topic")
+            encoded = pc.dictionary_encode(col)
+            topics = [str(t) for t in encoded.dictionary.to_pylist()]
+            topic_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        counts = np.array([self.partitions_of(t) for t in topics], dtype=np.int64)
+        n_of_row = counts[topic_codes]
+
+        part = np.full(n_rows, -1, dtype=np.int64)
+        if "partition" in names:
+            pcol = batch.column(names.index("partition"))
+            explicit = pcol.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            bad = (explicit != -1) & ((explicit < 0) | (explicit >= n_of_row))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InvalidOptionError(
+                    f"row {i} asks for partition {explicit[i]} of topic "
+                    f"{topics[topic_codes[i]]!r}, which has {n_of_row[i]} partitions")
+            part = explicit
+        need = part < 0
+        if need.any() and "key" in names:
+            keys = batch.column(names.index("key"))
+            keyed = need & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
+            if keyed.any():
+                for code in np.unique(topic_codes[keyed]):
+                    rows = np.flatnonzero(keyed & (topic_codes == code))
+                    part[rows] = partitions_for_keys(keys.take(pa.array(rows)),
+                                                     int(counts[code]))
+            need = part < 0
+        if need.any():
+            for code in np.unique(topic_codes[need]):
+                rows = need & (topic_codes == code)
+                part[rows] = self._sticky(topics[code], int(counts[code]))
+
+        record_cols = [c for c in RECORD_COLUMNS if c in names]
+        records = batch.select(record_cols)
+        group = topic_codes * (1 << 32) + part
+        order = np.argsort(group, kind="stable")
+        sorted_groups = group[order]
+        bounds = np.flatnonzero(np.diff(sorted_groups)) + 1
+        out: dict[tuple[str, int], pa.RecordBatch] = {}
+        for idx in np.split(order, bounds):
+            g = int(group[idx[0]])
+            key = (topics[g >> 32], g & 0xFFFFFFFF)
+            out[key] = records if len(idx) == n_rows else records.take(pa.array(idx))
+        return out

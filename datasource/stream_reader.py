@@ -1,0 +1,1 @@
+"""Placeholder until the streaming source lands (issue 6)."""

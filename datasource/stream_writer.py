@@ -1,0 +1,1 @@
+"""Placeholder until the streaming sink lands (issue 6)."""

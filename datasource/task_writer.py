@@ -1,0 +1,179 @@
+"""The task side of every txnlog write, batch or streaming.
+
+One task attempt is one member producer of the write's transaction (DESIGN 5.2): it routes
+its rows to topic-partitions, encodes Kafka batches with its own producer id and sequence
+numbers, asks the coordinator for offsets (one Reserve for all partitions of a flush),
+writes each segment object put-if-absent in parallel, confirms, and heartbeats in the
+background so a slow upstream iterator never lets the transaction time out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.errors import ProducerFencedError
+from txnlog.log_format import layout
+from txnlog.log_format.arrow_codec import encode_arrow
+from txnlog.log_format.storage import Storage
+from txnlog.log_format.topics import UnknownTopicError, read_topic
+
+from .options import WriteOptions
+from .routing import Router
+
+# Flush when this much Arrow data is buffered in a task (all partitions together).
+FLUSH_BYTES = 32 << 20
+_io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txnlog-put")
+
+
+@dataclass
+class TxnlogCommitMessage(WriterCommitMessage):
+    """What a successful task attempt hands the driver: the member to commit."""
+
+    member_id: int
+    member_epoch: int
+    task_partition: int
+    attempt: int
+    records: int = 0
+    written: list[tuple[str, int, int, int]] = field(default_factory=list)  # t, p, base, n
+
+
+@dataclass(frozen=True)
+class Membership:
+    """The transaction a task joins: (transactional id, producer id, epoch)."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+
+
+class _Heartbeat:
+    """Keeps the member's transaction alive while the task works (a daemon thread)."""
+
+    def __init__(self, client: CoordinatorClient, tid: str, pid: int, epoch: int,
+                 interval_s: float) -> None:
+        self._stop = threading.Event()
+        self.error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, args=(client, tid, pid, epoch,
+                                                                interval_s), daemon=True)
+        self._thread.start()
+
+    def _run(self, client: CoordinatorClient, tid: str, pid: int, epoch: int,
+             interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                client.heartbeat(tid, pid, epoch)
+            except ProducerFencedError as exc:
+                self.error = exc
+                return
+            except Exception:  # transient: the next beat or the next RPC will tell
+                continue
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class TaskWriter:
+    """Buffers routed rows and flushes them as reserved, written, confirmed segments."""
+
+    def __init__(self, opts: WriteOptions, client: CoordinatorClient, member_id: int,
+                 member_epoch: int) -> None:
+        self.opts = opts
+        self.client = client
+        self.storage = Storage.for_url(opts.root, opts.storage_options)
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.router = Router(opts.topic, self._partitions_of)
+        self._partitions: dict[str, int] = {}
+        self._seq: dict[tuple[str, int], int] = {}
+        self._buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        self._buffered = 0
+        self.records = 0
+        self.written: list[tuple[str, int, int, int]] = []
+
+    def _partitions_of(self, topic: str) -> int:
+        n = self._partitions.get(topic)
+        if n is None:
+            try:
+                n = read_topic(self.storage, topic).partitions
+            except UnknownTopicError:
+                # A topic named by a row: created like Kafka's auto-creation, via the
+                # coordinator so the creation is in its log.
+                meta = self.client.create_topic(topic, self.opts.partitions or 1, exist_ok=True)
+                n = int(meta["partitions"])
+            self._partitions[topic] = n
+        return n
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        for tp, part in self.router.route(batch).items():
+            self._buffers.setdefault(tp, []).append(part)
+            self._buffered += part.nbytes
+        if self._buffered >= FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffers:
+            return
+        encoded = {}
+        for tp, parts in self._buffers.items():
+            table = pa.Table.from_batches(parts).combine_chunks()
+            encoded[tp] = encode_arrow(
+                table, producer_id=self.member_id, producer_epoch=self.member_epoch,
+                base_sequence=self._seq.get(tp, 0), transactional=True,
+                compression=self.opts.compression, level=self.opts.compression_level,
+                max_batch_bytes=self.opts.batch_size)
+        bases = self.client.reserve(
+            self.member_id, self.member_epoch,
+            {tp: (self._seq.get(tp, 0), enc.record_count) for tp, enc in encoded.items()})
+        for tp, enc in encoded.items():
+            self._seq[tp] = self._seq.get(tp, 0) + enc.record_count
+
+        def put(tp: tuple[str, int]) -> bool:
+            path = layout.segment_path(tp[0], tp[1], bases[tp])
+            return self.storage.put_if_absent(path, encoded[tp].with_base_offset(bases[tp]))
+
+        order = list(encoded)
+        lost = [tp for tp, ok in zip(order, _io.map(put, order), strict=True) if not ok]
+        if lost:
+            raise ProducerFencedError(
+                f"txnlog member producer {self.member_id}: the offsets reserved in "
+                f"{', '.join(f'{t}-{p}' for t, p in lost)} were fenced before this task wrote "
+                "them (its transaction was aborted: timed out, or a newer attempt replaced it)")
+        self.client.confirm(self.member_id, self.member_epoch,
+                            [(t, p, bases[(t, p)]) for t, p in order])
+        for tp, enc in encoded.items():
+            self.written.append((tp[0], tp[1], bases[tp], enc.record_count))
+            self.records += enc.record_count
+        self._buffers, self._buffered = {}, 0
+
+
+def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: CoordinatorClient,
+             membership: Membership) -> TxnlogCommitMessage:
+    """Write one task attempt's rows as a member of ``membership``'s transaction."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    task_partition = ctx.partitionId() if ctx else 0
+    attempt = ctx.attemptNumber() if ctx else 0
+    task_attempt_id = ctx.taskAttemptId() if ctx else 0
+    member_id, member_epoch = client.add_member(
+        membership.transactional_id, membership.producer_id, membership.epoch,
+        f"p{task_partition}-a{attempt}-t{task_attempt_id}")
+    beat = _Heartbeat(client, membership.transactional_id, member_id, member_epoch,
+                      interval_s=max(0.5, min(10.0, opts.transaction_timeout_ms / 4000)))
+    try:
+        writer = TaskWriter(opts, client, member_id, member_epoch)
+        for batch in iterator:
+            if beat.error is not None:
+                raise beat.error
+            writer.add(batch)
+        writer.flush()
+    finally:
+        beat.stop()
+    return TxnlogCommitMessage(member_id, member_epoch, task_partition, attempt,
+                               writer.records, writer.written)

@@ -1,0 +1,84 @@
+"""Option parsing: Spark-Kafka names and defaults, and a clear error for every bad option."""
+
+import pytest
+from txnlog.datasource.options import (
+    EARLIEST,
+    LATEST,
+    InvalidOptionError,
+    parse_read_options,
+    parse_write_options,
+)
+from txnlog.log_format.compression import Codec
+from txnlog.log_format.errors import InvalidTopicError
+
+ROOT = {"path": "file:///tmp/x"}
+
+
+def read(**kw: str):
+    return parse_read_options({**ROOT, **{k.lower(): v for k, v in kw.items()}})
+
+
+def test_defaults_match_sparks_kafka_source() -> None:
+    o = read(subscribe="a,b")
+    assert o.subscription.topics == ("a", "b")
+    assert o.starting.default == EARLIEST and o.ending.default == LATEST
+    assert o.read_committed and not o.include_headers and o.fail_on_data_loss
+    s = parse_read_options({**ROOT, "subscribe": "a"}, streaming=True)
+    assert s.starting.default == LATEST
+
+
+def test_per_partition_offsets_and_timestamps() -> None:
+    o = read(subscribe="a", startingOffsets='{"a":{"0":5,"1":-2}}',
+             endingOffsets='{"a":{"0":-1,"1":9}}')
+    assert o.starting.offsets == {("a", 0): 5, ("a", 1): EARLIEST}
+    assert o.ending.offsets == {("a", 0): LATEST, ("a", 1): 9}
+    t = read(subscribe="a", startingOffsetsByTimestamp='{"a":{"0":1000}}', endingTimestamp="5")
+    assert t.starting.timestamps == {("a", 0): 1000} and t.ending.timestamp == 5
+
+
+def test_assign_and_pattern() -> None:
+    o = read(assign='{"t":[1,0]}')
+    assert o.subscription.assign == (("t", 0), ("t", 1))
+    assert read(subscribePattern="ord.*").subscription.matches("orders")
+
+
+@pytest.mark.parametrize(("opts", "match"), [
+    ({}, "exactly one of"),
+    ({"subscribe": "a", "assign": '{"a":[0]}'}, "exactly one of"),
+    ({"subscribe": "a", "kafka.bootstrap.servers": "x:9092"}, "no Kafka brokers"),
+    ({"subscribe": "a", "startingoffset": "earliest"}, "unknown option 'startingoffset'"),
+    ({"subscribe": "a", "startingOffsets": "latest"}, "not allowed for batch"),
+    ({"subscribe": "a", "endingOffsets": "earliest"}, "not allowed"),
+    ({"subscribe": "a", "endingOffsets": '{"a":{"0":-2}}'}, "-2"),
+    ({"subscribe": "a", "startingOffsets": "{not json"}, "not valid JSON"),
+    ({"subscribe": "a", "isolation.level": "serializable"}, "read_committed or"),
+    ({"subscribe": "a", "includeHeaders": "yes"}, "true or false"),
+    ({"subscribe": "a", "minPartitions": "0"}, "at least 1"),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "10"}, "streaming reads only"),
+    ({"assign": '{"a":"0"}'}, "list of partition numbers"),
+    ({"subscribePattern": "("}, "not a valid regex"),
+])
+def test_bad_read_options_name_the_problem(opts: dict, match: str) -> None:
+    with pytest.raises(InvalidOptionError, match=match):
+        parse_read_options({**ROOT, **{k.lower(): v for k, v in opts.items()}})
+
+
+def test_missing_root_and_bad_topic() -> None:
+    with pytest.raises(InvalidOptionError, match="no txnlog root"):
+        parse_read_options({"subscribe": "a"})
+    with pytest.raises(InvalidTopicError):
+        read(subscribe="../etc")
+
+
+def test_write_options() -> None:
+    o = parse_write_options({**ROOT, "topic": "t", "compression": "zstd", "partitions": "3"})
+    assert o.topic == "t" and o.compression is Codec.ZSTD and o.partitions == 3
+    assert o.transaction_timeout_ms == 60_000
+    with pytest.raises(InvalidOptionError, match="compression"):
+        parse_write_options({**ROOT, "compression": "brotli"})
+    with pytest.raises(InvalidOptionError, match="unknown option 'subscribe'"):
+        parse_write_options({**ROOT, "subscribe": "t"})
+    with pytest.raises(InvalidTopicError):
+        parse_write_options({**ROOT, "topic": "a/b"})
+    assert parse_write_options({**ROOT, "storage.endpoint_url": "http://x"}).storage_options == {
+        "endpoint_url": "http://x"}
