@@ -21,12 +21,12 @@ E_CAPACITY = 3          # output buffer too small (cannot happen for a consisten
 _INT32_MAX = 2**31 - 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _zz64(v):
     return (v << 1) ^ (v >> 63)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _uvarint_size(u):
     """Bytes of an unsigned base-128 varint of the 64 bits in ``u`` (int64 bit pattern)."""
     size = 1
@@ -36,12 +36,12 @@ def _uvarint_size(u):
     return size
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _svarint_size(v):
     return _uvarint_size(_zz64(v))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _put_svarint(out, pos, v):
     u = _zz64(v)
     while (u & ~np.int64(0x7F)) != 0:
@@ -52,13 +52,13 @@ def _put_svarint(out, pos, v):
     return pos + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _put_be(out, pos, v, width):
     for i in range(width):
         out[pos + i] = np.uint8((v >> (8 * (width - 1 - i))) & 0xFF)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _field_size(off, valid, data_len, i):
     """Bytes of a length-prefixed nullable field; -1 if its offsets are out of bounds."""
     if valid[i] == 0:
@@ -151,7 +151,7 @@ def plan(v_off, v_valid, v_len, k_off, k_valid, k_len, ts, has_headers, h_list_o
     return OK, -1, nb, body, first, region, max_ts
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _put_field(out, pos, off, valid, data, i):
     if valid[i] == 0:
         out[pos] = 1  # varint(-1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import cramjam
 import numpy as np
 import pyarrow as pa
 
@@ -109,32 +110,74 @@ def decode_to_arrow(data: Any, *, topic: str, partition: int, start_offset: int 
 def _record_regions(buf: np.ndarray, batches: np.ndarray,
                     source: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Where each batch's record bytes are: in ``buf`` if none is compressed, else in one
-    buffer of the decompressed payloads (uncompressed batches copied alongside)."""
+    buffer holding every batch's records (decompressed, or copied when not compressed)."""
     starts = batches["position"] + HEADER_SIZE
     ends = batches["position"] + batches["size"]
     codecs = batches["attributes"] & 7
     if not codecs.any():
         return buf, starts, ends
-    view = memoryview(buf)
-    parts: list[Any] = []
-    for pos, end, codec, base, count in zip(starts.tolist(), ends.tolist(), codecs.tolist(),
-                                            batches["base_offset"].tolist(),
-                                            batches["records_count"].tolist(), strict=True):
-        payload = view[pos:end]
-        if codec:
-            try:
-                payload = decompress(codec, payload, max_size=MAX_DECOMPRESSED_BATCH)
-            except LogFormatError as exc:
-                raise CorruptBatchError(str(exc), position=pos - HEADER_SIZE, offset=base,
-                                        source=source) from exc
-            if count * K.MIN_RECORD_SIZE > len(payload):
-                raise CorruptBatchError(
-                    f"record count {count} cannot fit in {len(payload)} decompressed bytes",
-                    position=pos - HEADER_SIZE, offset=base, source=source)
-        parts.append(payload)
-    sizes = np.fromiter((len(p) for p in parts), np.int64, len(parts))
-    new_ends = np.cumsum(sizes)
-    return as_u8(b"".join(parts)), new_ends - sizes, new_ends
+    out = _Records(int((ends - starts).sum()) * 4)
+    new_starts = np.empty(len(batches), np.int64)
+    for i, (pos, end, codec, base, count) in enumerate(zip(
+            starts.tolist(), ends.tolist(), codecs.tolist(), batches["base_offset"].tolist(),
+            batches["records_count"].tolist(), strict=True)):
+        new_starts[i] = out.size
+        try:
+            out.append_payload(codec, buf[pos:end])
+        except LogFormatError as exc:
+            raise CorruptBatchError(str(exc), position=pos - HEADER_SIZE, offset=base,
+                                    source=source) from exc
+        size = out.size - new_starts[i]
+        if count * K.MIN_RECORD_SIZE > size:
+            raise CorruptBatchError(
+                f"record count {count} cannot fit in {size} decompressed bytes",
+                position=pos - HEADER_SIZE, offset=base, source=source)
+    new_ends = np.append(new_starts[1:], out.size)
+    return out.buf[:out.size], new_starts, new_ends
+
+
+_DECOMPRESS_INTO = {1: cramjam.gzip, 3: cramjam.lz4, 4: cramjam.zstd}
+
+
+class _Records:
+    """One growing buffer of record bytes; payloads are decompressed straight into it.
+
+    The fast path is cramjam's decompress_into with the output bounded by the free space
+    (at most MAX_DECOMPRESSED_BATCH + 1 bytes); anything else -- snappy, a payload larger
+    than the free space, garbage, a bomb -- goes through compression.decompress, which
+    decides between data and a typed error.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.buf = np.empty(max(capacity, 1 << 16), np.uint8)  # untouched pages cost nothing
+        self.size = 0
+
+    def _reserve(self, n: int) -> None:
+        if self.size + n > len(self.buf):
+            grown = np.empty(max(2 * len(self.buf), self.size + n), np.uint8)
+            grown[:self.size] = self.buf[:self.size]
+            self.buf = grown
+
+    def append_payload(self, codec: int, payload: np.ndarray) -> None:
+        limit = MAX_DECOMPRESSED_BATCH
+        if codec == 0:
+            data = payload
+        else:
+            module = _DECOMPRESS_INTO.get(codec)
+            if module is not None:
+                self._reserve(min(limit + 1, 8 * len(payload) + (1 << 16)))
+                room = min(len(self.buf) - self.size, limit + 1)
+                try:
+                    n = module.decompress_into(payload, self.buf[self.size:self.size + room])
+                except Exception:  # full window or bad payload: the careful path decides
+                    n = -1
+                if 0 <= n <= limit:
+                    self.size += n
+                    return
+            data = as_u8(decompress(codec, payload, max_size=limit))
+        self._reserve(len(data))
+        self.buf[self.size:self.size + len(data)] = data
+        self.size += len(data)
 
 
 def _binary(type_: pa.DataType, n: int, valid: np.ndarray, nulls: int, off: np.ndarray,
