@@ -3,9 +3,9 @@
     python bench/codec.py [--records 1000000] [--repeat 3] [--kafka-python-records 200000]
 
 Records: 16-byte random keys, 100-byte values of random letters (MB below = key+value
-bytes / 1e6), batches of up to 1 MiB, CRC verified on decode. Ours goes Arrow -> bytes -> Arrow; the client libraries
-go Python objects -> bytes -> Python objects, which is how they are used. One thread; numba
-compile time excluded (warm-up first); best of --repeat runs for each row.
+bytes / 1e6), batches of up to 1 MiB, CRC verified on decode. Ours goes Arrow -> bytes ->
+Arrow; the client libraries go Python objects -> bytes -> Python objects, which is how they
+are used. One thread; numba compile time excluded (warm-up first); best of --repeat runs.
 """
 
 from __future__ import annotations
