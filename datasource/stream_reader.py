@@ -1,1 +1,281 @@
-"""Placeholder until the streaming source lands (issue 6)."""
+"""``spark.readStream.format("txnlog")``: micro-batches of offset ranges, with admission control.
+
+Offsets are per topic-partition next offsets (``stream_offsets``), bounded by each
+partition's LSO (read_committed) or HW, all taken from one stable snapshot per call — so a
+batch never ends inside an undecided transaction and, because one snapshot moves every
+partition at once, a batch holds a committed transaction in all its partitions or in none.
+
+Where things run (PySpark 4.3): ``initialOffset``/``latestOffset``/``partitions``/``commit``
+in one long-lived driver-side Python process per query run (so ``self`` may cache the last
+snapshot and the AvailableNow target), ``read`` in executors (stateless). ``stop()`` is never
+called, so nothing here needs it; ``commit(end)`` arrives one batch late and only matters for
+``groupId``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from . import stream_offsets
+from .options import ReadOptions
+from .planning import (
+    DataLossError,
+    OffsetRange,
+    partition_snapshot,
+    plan_ranges,
+    split_ranges,
+    subscribed_partitions,
+)
+from .projection import check_requested_schema
+from .stream_offsets import TopicPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+    from txnlog.log_format.stable import StableSnapshot
+    from txnlog.log_format.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+def rate_limit(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+               budget: int) -> dict[TopicPartition, int]:
+    """Advance at most ``budget`` offsets in total, split in proportion to each partition's
+    backlog (Spark's KafkaMicroBatchStream.rateLimit: a share below 1 rounds up, so a small
+    partition is never starved; the rest round down)."""
+    sizes = {tp: max(0, end[tp] - begin[tp]) for tp in end}
+    total = sum(sizes.values())
+    if total <= budget:
+        return dict(end)
+    out = {}
+    for tp, size in sizes.items():
+        share = budget * (size / total)
+        step = math.ceil(share) if share < 1 else math.floor(share)
+        out[tp] = min(end[tp], begin[tp] + step)
+    return out
+
+
+class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        check_requested_schema(schema, opts.include_headers)
+        self.opts = opts
+        self.schema = schema
+        self._snapshot: StableSnapshot | None = None  # never go backwards within a run
+        self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
+        self._latest: dict[TopicPartition, int] | None = None  # for reportLatestOffset
+        self._group_producer: tuple[int, int] | None = None
+
+    # ---- helpers (driver) --------------------------------------------------------------
+    def _storage(self) -> Storage:
+        from txnlog.log_format.storage import Storage
+
+        return Storage.for_url(self.opts.root, self.opts.storage_options)
+
+    def _group_meta(self) -> dict[str, str] | None:
+        if not self.opts.group_id:
+            return None
+        return {"id": self.opts.group_id, "root": self.opts.root}
+
+    def _encode(self, offsets: Mapping[TopicPartition, int]) -> dict:
+        return stream_offsets.encode(offsets, self._group_meta())
+
+    def _refresh(self) -> StableSnapshot | None:
+        from txnlog.log_format.stable import read_latest_stable
+
+        self._snapshot = read_latest_stable(self._storage(), not_below=self._snapshot)
+        return self._snapshot
+
+    def _reader(self, topic: str, partition: int) -> Any:
+        from txnlog.log_format.reader import PartitionReader
+
+        return PartitionReader(self._storage(), topic, partition,
+                               isolation_level=self.opts.isolation_level,
+                               snapshot=partition_snapshot(self._snapshot, topic, partition))
+
+    def _available(self) -> dict[TopicPartition, int]:
+        """Every subscribed partition's LSO (read_committed) or HW, from a fresh snapshot.
+
+        Listing topics again each time is how new partitions and new topics matching
+        ``subscribePattern`` are picked up while the query runs."""
+        snap = self._refresh()
+        out = {}
+        for topic, p in subscribed_partitions(self._storage(), self.opts):
+            if snap is None:
+                out[(topic, p)] = 0
+            elif self.opts.read_committed:
+                out[(topic, p)] = snap.lso(topic, p)
+            else:
+                out[(topic, p)] = snap.hw(topic, p)
+        return out
+
+    def _earliest(self, tp: TopicPartition, latest: int) -> int:
+        return min(self._reader(*tp).earliest_offset(), latest)
+
+    # ---- DataSourceStreamReader ---------------------------------------------------------
+    def initialOffset(self) -> dict:
+        ranges, snapshot = plan_ranges(self._storage(), self.opts)
+        if snapshot is not None and (self._snapshot is None
+                                     or snapshot.key > self._snapshot.key):
+            self._snapshot = snapshot
+        return self._encode({(r.topic, r.partition): r.start for r in ranges})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else self._encode(self._latest)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        available = self._available()
+        self._latest = available
+        begin = self._begin(stream_offsets.decode(start), available)
+        end = dict(available)
+        if self._target is not None:
+            # AvailableNow: never past the target; partitions born since then stay put.
+            end = {tp: min(off, self._target.get(tp, begin[tp])) for tp, off in end.items()}
+        end = {tp: max(begin[tp], off) for tp, off in end.items()}
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(begin, end, limit.max_rows)
+        elif isinstance(limit, ReadMaxBytes):
+            end = self._byte_limit(begin, end, limit.max_bytes)
+        return self._encode(end)
+
+    def _begin(self, start: dict[TopicPartition, int], available: dict[TopicPartition, int]
+               ) -> dict[TopicPartition, int]:
+        """Where each partition continues: its offset in ``start``, else (a partition or
+        topic that appeared while running) its earliest offset, as Spark's Kafka source."""
+        gone = sorted(set(start) - set(available))
+        if gone:
+            msg = (f"partitions {', '.join(f'{t}-{p}' for t, p in gone)} were read by this "
+                   "query but no longer exist (topic deleted or root replaced)")
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(msg + "; set failOnDataLoss=false to go on without them")
+            log.warning("%s; going on without them (failOnDataLoss=false)", msg)
+        begin = {}
+        for tp, latest in available.items():
+            if tp in start:
+                off = start[tp]
+                if off > latest:
+                    msg = (f"{tp[0]}-{tp[1]}: the query's offset {off} is beyond the "
+                           f"partition's end {latest} (was the root replaced?)")
+                    if self.opts.fail_on_data_loss:
+                        raise DataLossError(msg + "; set failOnDataLoss=false to wait for it")
+                    log.warning("%s", msg)
+                begin[tp] = off
+            else:
+                begin[tp] = self._earliest(tp, latest)
+        return begin
+
+    def _byte_limit(self, begin: dict[TopicPartition, int], end: dict[TopicPartition, int],
+                    budget: int) -> dict[TopicPartition, int]:
+        """ReadMaxBytes: estimate each backlog's bytes from segment sizes (bytes per offset
+        of the objects it spans), split the byte budget in proportion, convert back."""
+        per_offset: dict[TopicPartition, float] = {}
+        for tp in end:
+            if end[tp] <= begin[tp]:
+                continue
+            total_bytes = total_offsets = 0
+            for seg in self._reader(*tp).segments():
+                seg_end = seg.end_offset if seg.end_offset is not None else end[tp]
+                if seg_end <= begin[tp] or seg.base_offset >= end[tp] or seg.size == 0:
+                    continue
+                total_bytes += seg.size
+                total_offsets += max(1, seg_end - seg.base_offset)
+            per_offset[tp] = total_bytes / total_offsets if total_offsets else 1.0
+        backlog = {tp: (end[tp] - begin[tp]) * per_offset[tp] for tp in per_offset}
+        total = sum(backlog.values())
+        if total <= budget:
+            return dict(end)
+        out = dict(end)
+        for tp in end:
+            if tp not in backlog:
+                continue
+            share = budget * (backlog[tp] / total) / per_offset[tp]
+            step = max(1, math.floor(share))
+            out[tp] = min(end[tp], begin[tp] + step)
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        from .batch_reader import TxnlogInputPartition
+
+        begin, stop = stream_offsets.decode(start), stream_offsets.decode(end)
+        if begin == stop:
+            return []
+        self._refresh()
+        ranges = []
+        for tp, e in stop.items():
+            s = begin.get(tp)
+            earliest = self._earliest(tp, e)
+            if s is None:
+                s = earliest
+            elif s < earliest:
+                msg = (f"{tp[0]}-{tp[1]}: offsets [{s}, {earliest}) are gone (before the "
+                       "log start)")
+                if self.opts.fail_on_data_loss:
+                    raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+                s = earliest
+            if e > s:
+                ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        pieces = split_ranges(ranges, self.opts.min_partitions,
+                              self.opts.max_records_per_partition)
+        return [TxnlogInputPartition(r, partition_snapshot(self._snapshot, r.topic, r.partition))
+                for r in pieces]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # The batch reader's read path is stateless per partition: reuse it as is.
+        from .batch_reader import TxnlogBatchReader
+
+        return TxnlogBatchReader(self.opts, self.schema).read(partition)
+
+    def commit(self, end: dict) -> None:
+        """With ``groupId``: commit the group's offsets unless a txnlog sink already did
+        (inside its transaction, in step with the output); never moves them backwards."""
+        if not self.opts.group_id:
+            return
+        try:
+            self._commit_group(stream_offsets.decode(end))
+        except Exception as exc:  # progress reporting must not stop the query; retried
+            self._group_producer = None
+            log.warning("txnlog source: committing group %r offsets failed (retried with "
+                        "the next batch): %s", self.opts.group_id, exc)
+
+    def _commit_group(self, end: dict[TopicPartition, int]) -> None:
+        from txnlog.coordinator.client import CoordinatorClient
+        from txnlog.coordinator.embedded import coordinator_for_root
+
+        group = self.opts.group_id
+        assert group is not None
+        endpoint = self.opts.coordinator or coordinator_for_root(self.opts.root,
+                                                                 self.opts.storage_options)
+        client = CoordinatorClient(endpoint)
+        committed = client.committed_offsets(group)
+        behind = {tp: off for tp, off in end.items() if committed.get(tp, -1) < off}
+        if not behind:
+            return
+        tid = f"txnlog-group-{group}"
+        if self._group_producer is None:
+            self._group_producer = client.init_producer_id(tid)
+        pid, epoch = self._group_producer
+        client.add_offsets(tid, pid, epoch, group, behind)
+        result = client.end_txn(tid, pid, epoch, commit=True)
+        self._group_producer = (result["producer_id"], result["epoch"])

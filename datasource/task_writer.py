@@ -153,8 +153,13 @@ class TaskWriter:
 
 
 def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: CoordinatorClient,
-             membership: Membership) -> TxnlogCommitMessage:
-    """Write one task attempt's rows as a member of ``membership``'s transaction."""
+             membership: Membership, member_key: str | None = None) -> TxnlogCommitMessage:
+    """Write one task attempt's rows as a member of ``membership``'s transaction.
+
+    ``member_key`` names the member (idempotent add_member); by default the task attempt.
+    A streaming batch replayed after a driver restart rejoins the same transaction while
+    Spark's task ids start again from 0, so the stream sink passes a key of its own.
+    """
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -163,7 +168,7 @@ def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: Coo
     task_attempt_id = ctx.taskAttemptId() if ctx else 0
     member_id, member_epoch = client.add_member(
         membership.transactional_id, membership.producer_id, membership.epoch,
-        f"p{task_partition}-a{attempt}-t{task_attempt_id}")
+        member_key or f"p{task_partition}-a{attempt}-t{task_attempt_id}")
     beat = _Heartbeat(client, membership.transactional_id, member_id, member_epoch,
                       interval_s=max(0.5, min(10.0, opts.transaction_timeout_ms / 4000)))
     try:
