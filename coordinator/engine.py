@@ -29,7 +29,8 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from txnlog.log_format.errors import InvalidTopicError as FormatInvalidTopicErro
 from txnlog.log_format.indexes import AbortedTxn, encode_txn_index
 from txnlog.log_format.records import encode_batch
 from txnlog.log_format.storage import Storage, StorageError
+from txnlog.log_format.unsafe import enabled as unsafe
 
 from . import faults
 from .errors import (
@@ -101,6 +103,26 @@ def encode_offset_commit(group: str, topic: str, partition: int, offset: int,
 
 def pkey(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+@dataclass
+class CommitTrace:
+    """Storage calls on one EndTxn's critical path, grouped into sequential rounds.
+
+    A round is one ``await`` of a group of storage calls issued together (in parallel); the
+    number of rounds is the number of sequential storage round trips the reply waited for.
+    Recorded where the calls are made, so /metrics (and bench/coordinator.py) can show it.
+    """
+
+    rounds: list[tuple[str, int]] = field(default_factory=list)
+
+    def add(self, name: str, calls: int) -> None:
+        if calls:
+            self.rounds.append((name, calls))
+
+    @property
+    def calls(self) -> int:
+        return sum(n for _, n in self.rounds)
 
 
 # ------------------------------------------------------------------------------ state
@@ -172,7 +194,8 @@ class Engine:
 
     def __init__(self, storage: Storage, *, max_transaction_timeout_ms: int = 900_000,
                  transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000,
-                 reservation_timeout_ms: int = 60_000, stable_keep: int = 10) -> None:
+                 reservation_timeout_ms: int = 60_000, stable_keep: int = 10,
+                 io_threads: int = 64) -> None:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
         self.expiration_ms = transactional_id_expiration_ms
@@ -196,6 +219,11 @@ class Engine:
         self._completions: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self.metrics: Any = None  # set by the server (prometheus objects)
+        # Storage calls block (fsync, HTTP): own pools, so markers of many transactions go
+        # out in parallel and never queue behind (or in front of) the stable snapshot.
+        self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="coord-io")
+        self._stable_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="coord-stable")
+        self._prune_task: asyncio.Task[Any] | None = None
 
     # ======================================================================== apply
     def _apply(self, rec: LogRecord) -> None:
@@ -451,7 +479,7 @@ class Engine:
             raise ProducerFencedError(
                 f"producer id {pid} is not the current producer of {txn.tid!r} "
                 f"(now {txn.pid}): fenced by a newer instance")
-        if epoch < txn.epoch:
+        if epoch < txn.epoch and not unsafe("no_epoch_check"):  # planted-bug switch
             raise ProducerFencedError(
                 f"epoch {epoch} of {txn.tid!r} was fenced: the current epoch is {txn.epoch}")
         if epoch > txn.epoch:
@@ -505,6 +533,10 @@ class Engine:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._prune_task is not None:
+            await asyncio.gather(self._prune_task, return_exceptions=True)
+        self._io.shutdown(wait=False)
+        self._stable_io.shutdown(wait=False)
 
     # ================================================================ producer ids
     async def init_producer_id(self, tid: str | None, timeout_ms: int = 60_000
@@ -627,7 +659,7 @@ class Engine:
         except FormatInvalidTopicError as exc:
             raise InvalidTopicError(str(exc)) from None
         try:
-            tm = await asyncio.to_thread(topics.read_topic, self.storage, topic)
+            tm = await self._run_io(topics.read_topic, self.storage, topic)
         except topics.UnknownTopicError as exc:
             raise UnknownTopicOrPartitionError(str(exc)) from None
         if topic not in self.topics:
@@ -793,9 +825,15 @@ class Engine:
         return dict(self.group_offsets.get(group_id, {}))
 
     # ================================================================== storage
+    def _run_io(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    def _object_written(self, kind: str, n: int = 1) -> None:
+        self._metric_inc("objects_written", kind, amount=n)
+
     async def _storage(self, fn: Any, *args: Any) -> Any:
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await self._run_io(fn, *args)
         except StorageError as exc:
             self._metric_inc("storage_errors")
             raise KafkaStorageError(str(exc)) from exc
@@ -819,7 +857,7 @@ class Engine:
         if batch_id is not None and txn.batch_id != batch_id:
             raise InvalidTxnStateError(
                 f"{tid!r} runs batch {txn.batch_id}, not batch {batch_id}")
-        if txn.state.is_prepare:
+        if txn.state.is_prepare and not (unsafe("abort_after_prepare") and not commit):
             if (txn.state is TxnState.PREPARE_COMMIT) != commit:
                 raise InvalidTxnStateError(
                     f"{tid!r} is already in {txn.state.kafka_name}; cannot {want}")
@@ -848,7 +886,8 @@ class Engine:
     async def _late_end(self, txn: Txn, want: str, last: dict[str, Any]) -> dict[str, Any]:
         """A retry of an EndTxn whose transaction already completed (epoch since bumped)."""
         await self.log.sync()  # type: ignore[union-attr]
-        if last["reason"] == "client" and last["outcome"] == want:
+        if last["reason"] == "client" and (last["outcome"] == want
+                                           or unsafe("abort_after_prepare")):
             return {"outcome": want, "producer_id": txn.pid, "epoch": txn.epoch}
         if last["reason"] == "timeout":
             raise InvalidProducerEpochError(
@@ -878,9 +917,11 @@ class Engine:
                    batch_id: int | None = None) -> dict[str, Any]:
         """Prepare (durable plan) then complete; the only way a transaction ends."""
         t0 = time.monotonic()
+        trace = CommitTrace()
         verified: list[list[Any]] = []
         while commit and (missing := self._unconfirmed(txn, committed, verified)):
             verified += await self._verify_written(txn, missing)
+            trace.add("verify", len(missing))
             if txn.state is not TxnState.ONGOING:
                 raise ConcurrentTransactionsError(f"{txn.tid!r} changed state; retry")
         faults.point("before_prepare")
@@ -889,21 +930,31 @@ class Engine:
         state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         records.append(self._txn_record(txn, state, plan=plan))
         fut = self._commit_prebuilt(records)
-        task = self._spawn_completion_after(txn, fut)
+        task = self._spawn_completion_after(txn, fut, trace)
         log.debug("%s %r pid %d epoch %d: %d marker objects, %d fences", state.kafka_name,
                   txn.tid, txn.pid, txn.epoch, len(plan["markers"]), len(plan["fences"]))
         result = await asyncio.shield(task)
         m = self._metric("commit_latency")
         if m is not None and commit:
             m.observe(time.monotonic() - t0)
+        self._metric_observe("commit_round_trips", len(trace.rounds))
+        self._metric_observe("commit_storage_calls", trace.calls)
         return result
 
-    def _spawn_completion_after(self, txn: Txn, prepared: asyncio.Future[None]
+    def _metric_observe(self, name: str, value: float) -> None:
+        m = self._metric(name)
+        if m is not None:
+            m.observe(value)
+
+    def _spawn_completion_after(self, txn: Txn, prepared: asyncio.Future[None],
+                                trace: CommitTrace | None = None
                                 ) -> asyncio.Task[dict[str, Any]]:
         async def run() -> dict[str, Any]:
             await prepared
+            if trace is not None:
+                trace.add("prepare", 1)  # the log object holding Prepare (group-committed)
             faults.point("after_prepare")
-            return await self._complete(txn)
+            return await self._complete(txn, trace)
         task = asyncio.get_running_loop().create_task(run(), name=f"end-{txn.tid}")
         self._completions[txn.tid] = task
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -979,7 +1030,7 @@ class Engine:
                 "batch_id": batch_id if batch_id is not None else txn.batch_id,
                 "next_pid": next_pid, "next_epoch": next_epoch}
 
-    async def _complete(self, txn: Txn) -> dict[str, Any]:
+    async def _complete(self, txn: Txn, trace: CommitTrace | None = None) -> dict[str, Any]:
         """Write every planned object (idempotent), then Complete* + stable snapshot."""
         plan = txn.plan
         assert plan is not None and txn.state.is_prepare, (txn.tid, txn.state)
@@ -987,7 +1038,9 @@ class Engine:
         attempt = 0
         while True:
             try:
-                await self._write_plan(plan)
+                calls = await self._write_plan(plan)
+                if trace is not None:
+                    trace.add("markers", calls)
                 break
             except KafkaStorageError as exc:
                 attempt += 1
@@ -998,17 +1051,27 @@ class Engine:
         rec = self._txn_record(txn, state)
         fut = self._commit([rec])
         await asyncio.gather(fut, self.request_stable())
+        if trace is not None:
+            trace.add("complete+stable", 2)  # in parallel: one round trip
         self._metric_inc("transactions", plan["outcome"])
         log.debug("%s %r -> pid %d epoch %d", state.kafka_name, txn.tid, txn.pid, txn.epoch)
         faults.point("after_complete_before_reply")
         return {"outcome": plan["outcome"], "producer_id": txn.pid, "epoch": txn.epoch}
 
-    async def _write_plan(self, plan: dict[str, Any]) -> None:
+    async def _write_plan(self, plan: dict[str, Any]) -> int:
+        """Fences, markers and .txnindex objects, all in parallel; returns the call count.
+
+        Fences need not precede markers (docs/coordinator.md, "Fences in parallel with
+        markers"): a zombie write that beats its fence lands *below* the ABORT marker of its
+        producer id, inside the aborted range, and nothing is visible before Complete* is
+        applied, which only happens after every one of these puts has succeeded.
+        """
         commit_type = {1: ControlType.COMMIT, 0: ControlType.ABORT}
 
         async def fence(t: str, p: int, b: int) -> None:
             # False = the data object is there (a late writer); its ABORT marker covers it.
             await self._storage(self.storage.put_if_absent, layout.segment_path(t, p, b), b"")
+            self._object_written("fence")
 
         async def marker(t: str, p: int, base: int, ms: list[list[int]]) -> None:
             data = encode_markers([Marker(commit_type[typ], pid, ep, plan["cepoch"], plan["ts"])
@@ -1017,6 +1080,7 @@ class Engine:
             if not await self._storage(self.storage.put_if_absent, path, data):
                 log.critical("marker object %s holds other bytes: offset reused?", path)
                 raise KafkaStorageError(f"marker object {path} holds other bytes")
+            self._object_written("marker")
             faults.point("after_marker")
 
         async def index(t: str, p: int, base: int, entries: list[list[int]]) -> None:
@@ -1024,11 +1088,12 @@ class Engine:
             path = layout.segment_path(t, p, base, layout.TXNINDEX_SUFFIX)
             if not await self._storage(self.storage.put_if_absent, path, data):
                 raise KafkaStorageError(f"txnindex object {path} holds other bytes")
+            self._object_written("txnindex")
 
-        # Fences first, so a marker never lands while a reserved range is still writable.
-        await asyncio.gather(*(fence(*f) for f in plan["fences"]))
-        await asyncio.gather(*(marker(*m) for m in plan["markers"]),
-                             *(index(*i) for i in plan["txnindex"]))
+        jobs = [*(fence(*f) for f in plan["fences"]), *(marker(*m) for m in plan["markers"]),
+                *(index(*i) for i in plan["txnindex"])]
+        await asyncio.gather(*jobs)
+        return len(jobs)
 
     # =================================================================== streaming
     async def begin_batch(self, tid: str, batch_id: int, timeout_ms: int = 60_000
@@ -1141,7 +1206,8 @@ class Engine:
             snap = stable.make_snapshot(self.coordinator_epoch, self.stable_seq, self.hw_lso())
             for attempt in range(1000):
                 try:
-                    ok = await asyncio.to_thread(stable.write_stable, self.storage, snap)
+                    ok = await asyncio.get_running_loop().run_in_executor(
+                        self._stable_io, stable.write_stable, self.storage, snap)
                     break
                 except StorageError as exc:
                     self._metric_inc("storage_errors")
@@ -1154,10 +1220,15 @@ class Engine:
             for w in waiters:
                 if not w.done():
                     w.set_result(snap.seq)
+            self._object_written("stable")
             written += 1
-            if written % 20 == 0:
-                with contextlib.suppress(StorageError):
-                    await asyncio.to_thread(stable.prune_stable, self.storage, self.stable_keep)
+            if written % 20 == 0 and (self._prune_task is None or self._prune_task.done()):
+                # In the background: a LIST + DELETEs must not delay the next snapshot.
+                self._prune_task = asyncio.get_running_loop().create_task(self._prune_stable())
+
+    async def _prune_stable(self) -> None:
+        with contextlib.suppress(StorageError):
+            await self._run_io(stable.prune_stable, self.storage, self.stable_keep)
 
     # ===================================================================== timers
     async def _timer_loop(self) -> None:

@@ -51,6 +51,7 @@ from .layout import (
 )
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
+from .unsafe import enabled as unsafe_enabled
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
@@ -174,7 +175,7 @@ class PartitionReader:
 
     def latest_offset(self) -> int:
         """The end of what this reader may read: LSO (read_committed) or HW."""
-        if self.isolation_level == "read_committed":
+        if self.isolation_level == "read_committed" and not unsafe_enabled("ignore_lso"):
             return self.last_stable_offset()
         return self.high_watermark()
 

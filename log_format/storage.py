@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote, urlparse
 
+from . import unsafe
 from .errors import TxnlogError
 
 T = TypeVar("T")
@@ -267,6 +268,9 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        if unsafe.enabled("plain_put"):  # planted bug (chaos self-test): overwrite
+            self.put(path, data)
+            return True
         full = self._full(path)
         if os.path.exists(full):
             return self._same(full, data)
@@ -517,6 +521,9 @@ class S3Storage(Storage):
             raise StorageError(f"{what} {self.url}/{path} failed: {exc}") from exc
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        if unsafe.enabled("plain_put"):  # planted bug (chaos self-test): overwrite
+            self.put(path, data)
+            return True
         key = self._key(path)
         body = bytes(data)
 
