@@ -1,0 +1,1 @@
+"""Fault-injection harness with Jepsen-style checks (issue 7); entry point: run.py."""

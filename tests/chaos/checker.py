@@ -1,0 +1,329 @@
+"""Jepsen-style checker over a txnlog history (pure functions; see history.py for the format).
+
+Vocabulary from Jepsen's Kafka workload, sharpened by what txnlog promises (atomic
+visibility across partitions and topics through one stable snapshot):
+
+- ``lost-write``: a committed transaction's record is missing from the final read.
+- ``aborted-read`` (G1a): a record of a definitely aborted/failed transaction was read
+  under read_committed.
+- ``torn-transaction``: a read saw part of a transaction but not the rest: in a full read
+  (scan/final/spark) some records missing; in an incremental poll another record of it lies
+  at or above that snapshot's LSO; in the final read an ``unknown`` transaction is neither
+  all visible nor all invisible.
+- ``duplicate``: one value at two offsets (or twice in one read).
+- ``inconsistent-offset``: one offset read with two values, or read as empty by a read that
+  covered it and with a value by another (same isolation level).
+- ``nonmonotonic-poll``: a consumer's offsets, snapshot or bounds went backwards;
+  ``poll-skip``: its next poll did not start where the last one ended.
+- ``read-past-lso`` / ``read-past-hw``: a read beyond its snapshot's bound.
+- ``nonmonotonic-send``: one producer's later transaction landed before an earlier one in
+  a partition.
+- ``phantom-read``: a value no send produced.
+
+``check(ops)`` returns a ``Result``; each anomaly keeps a few examples for the report.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+ANOMALIES = ("lost-write", "aborted-read", "torn-transaction", "duplicate",
+             "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
+             "read-past-hw", "nonmonotonic-send", "phantom-read")
+FULL_MODES = ("scan", "final", "spark")
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class Txn:
+    """What the history says about one transaction."""
+
+    id: str
+    proc: str
+    seq: int
+    sends: list[dict[str, Any]] = field(default_factory=list)
+    commit: str | None = None  # outcome of the commit op
+    abort: str | None = None  # outcome of the abort op
+
+    @property
+    def status(self) -> str:
+        """committed / aborted (definitely not) / unknown (may have gone either way)."""
+        if self.commit == "ok":
+            return "committed"
+        if self.abort == "ok" or self.commit == "fail":
+            return "aborted"
+        if self.commit is None and self.abort is None and not self.sends:
+            return "aborted"
+        return "unknown"
+
+    @property
+    def values(self) -> set[int]:
+        return {s["value"] for s in self.sends}
+
+
+@dataclass
+class Result:
+    anomalies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return not self.counts
+
+    def add(self, kind: str, **example: Any) -> None:
+        assert kind in ANOMALIES, kind
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        examples = self.anomalies.setdefault(kind, [])
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
+
+    def summary(self) -> str:
+        if self.valid:
+            return f"valid: {self.stats}"
+        lines = [f"INVALID: {self.counts}; {self.stats}"]
+        for kind, examples in self.anomalies.items():
+            for ex in examples:
+                lines.append(f"  {kind}: {ex}")
+        return "\n".join(lines)
+
+
+def _txn_seq(txn_id: str) -> int:
+    tail = txn_id.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+def build_txns(ops: list[dict[str, Any]]) -> dict[str, Txn]:
+    txns: dict[str, Txn] = {}
+    for op in ops:
+        if op["f"] not in ("send", "commit", "abort"):
+            continue
+        tid = op["txn"]
+        txn = txns.get(tid)
+        if txn is None:
+            txn = txns[tid] = Txn(tid, op["proc"], _txn_seq(tid))
+        if op["f"] == "send":
+            txn.sends.append(op)
+        elif op["f"] == "commit":
+            # a later definite answer wins over an earlier unknown one
+            if txn.commit in (None, "unknown"):
+                txn.commit = op["outcome"]
+        elif txn.abort in (None, "unknown"):
+            txn.abort = op["outcome"]
+    return txns
+
+
+def _reads(op: dict[str, Any]) -> Iterable[tuple[str, int, int]]:
+    for tp, recs in (op.get("reads") or {}).items():
+        for offset, value in recs:
+            yield tp, offset, value
+
+
+def check(ops_in: Iterable[dict[str, Any]]) -> Result:
+    """Every check over one history."""
+    ops = list(ops_in)
+    res = Result()
+    txns = build_txns(ops)
+    by_value: dict[int, Txn] = {}
+    for txn in txns.values():
+        for s in txn.sends:
+            by_value[s["value"]] = txn
+    polls = [op for op in ops if op["f"] == "poll" and op.get("outcome", "ok") == "ok"]
+    finals = [op for op in polls if op.get("mode") == "final"
+              and op.get("isolation") == "read_committed"]
+    # Where each value lives: from every read (the final one first), else from the send.
+    where: dict[int, tuple[str, int]] = {}
+    for op in finals + polls:
+        for tp, offset, value in _reads(op):
+            where.setdefault(value, (tp, offset))
+
+    _check_values(res, polls, by_value)
+    _check_offsets(res, polls)
+    _check_bounds(res, polls)
+    _check_consumers(res, polls)
+    _check_torn(res, polls, txns, by_value, where)
+    if finals:
+        _check_final(res, finals[-1], txns)
+    else:
+        res.stats["warning"] = "no final read: lost writes and unknown outcomes not checked"
+    statuses = defaultdict(int)
+    for txn in txns.values():
+        statuses[txn.status] += 1
+    res.stats.update(
+        txns=len(txns), committed=statuses["committed"], aborted=statuses["aborted"],
+        unknown=statuses["unknown"],
+        records=sum(len(t.sends) for t in txns.values()),
+        committed_records=sum(len(t.sends) for t in txns.values()
+                              if t.status == "committed"),
+        polls=len(polls))
+    return res
+
+
+def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn]) -> None:
+    """aborted-read, duplicate (across reads and within one), phantom-read."""
+    seen_at: dict[int, tuple[str, int]] = {}
+    for op in polls:
+        rc = op.get("isolation") == "read_committed"
+        in_this: set[int] = set()
+        for tp, offset, value in _reads(op):
+            txn = by_value.get(value)
+            if txn is None:
+                res.add("phantom-read", proc=op["proc"], tp=tp, offset=offset, value=value)
+                continue
+            if rc and txn.status == "aborted":
+                res.add("aborted-read", proc=op["proc"], mode=op.get("mode"), tp=tp,
+                        offset=offset, value=value, txn=txn.id, commit=txn.commit,
+                        abort=txn.abort)
+            if value in in_this:
+                res.add("duplicate", proc=op["proc"], value=value, tp=tp, offset=offset,
+                        note="twice in one read")
+            in_this.add(value)
+            prev = seen_at.setdefault(value, (tp, offset))
+            if prev != (tp, offset):
+                res.add("duplicate", value=value, txn=txn.id, at=[prev, (tp, offset)],
+                        proc=op["proc"])
+                seen_at[value] = (tp, offset)
+
+
+def _check_offsets(res: Result, polls: list[dict[str, Any]]) -> None:
+    """inconsistent-offset: two values at one offset, or a covered offset read empty."""
+    values: dict[tuple[str, str, int], int] = {}
+    returned: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for op in polls:
+        iso = op.get("isolation", "read_committed")
+        for tp, offset, value in _reads(op):
+            prev = values.setdefault((iso, tp, offset), value)
+            if prev != value:
+                res.add("inconsistent-offset", isolation=iso, tp=tp, offset=offset,
+                        values=[prev, value], proc=op["proc"])
+            returned[(iso, tp)].add(offset)
+    sorted_offsets = {k: sorted(v) for k, v in returned.items()}
+    for op in polls:
+        iso = op.get("isolation", "read_committed")
+        got: dict[str, set[int]] = defaultdict(set)
+        for tp, offset, _ in _reads(op):
+            got[tp].add(offset)
+        for tp, (lo, hi) in (op.get("ranges") or {}).items():
+            offsets = sorted_offsets.get((iso, tp))
+            if not offsets or hi <= lo:
+                continue
+            i = bisect.bisect_left(offsets, lo)
+            j = bisect.bisect_left(offsets, hi)
+            missing = [o for o in offsets[i:j] if o not in got[tp]]
+            if missing:
+                res.add("inconsistent-offset", isolation=iso, tp=tp, proc=op["proc"],
+                        mode=op.get("mode"), range=[lo, hi], read_empty_here=missing[:10],
+                        note="covered offsets returned nothing; another read saw values")
+
+
+def _check_bounds(res: Result, polls: list[dict[str, Any]]) -> None:
+    """read-past-lso / read-past-hw against the snapshot the read used."""
+    for op in polls:
+        bounds = op.get("bounds")
+        if not bounds:
+            continue
+        rc = op.get("isolation") == "read_committed"
+        kind = "read-past-lso" if rc else "read-past-hw"
+        for tp, (lo, hi) in (op.get("ranges") or {}).items():
+            hw, lso = bounds.get(tp, (0, 0))
+            bound = lso if rc else hw
+            if hi > bound and hi > lo:
+                res.add(kind, proc=op["proc"], tp=tp, range=[lo, hi], hw=hw, lso=lso,
+                        snapshot=op.get("snapshot"))
+        for tp, offset, value in _reads(op):
+            hw, lso = bounds.get(tp, (0, 0))
+            if offset >= (lso if rc else hw):
+                res.add(kind, proc=op["proc"], tp=tp, offset=offset, value=value, hw=hw,
+                        lso=lso, snapshot=op.get("snapshot"))
+
+
+def _check_consumers(res: Result, polls: list[dict[str, Any]]) -> None:
+    """Per incremental consumer: offsets, snapshots and bounds only move forward."""
+    state: dict[str, dict[str, Any]] = {}
+    for op in sorted((p for p in polls if p.get("mode") == "poll"),
+                     key=lambda p: (p["proc"], p.get("t0", p["t1"]))):
+        st = state.setdefault(op["proc"], {"snap": None, "last": {}, "end": {}, "bounds": {}})
+        snap = op.get("snapshot")
+        if snap is not None and st["snap"] is not None and snap < st["snap"]:
+            res.add("nonmonotonic-poll", proc=op["proc"], snapshot=snap, before=st["snap"])
+        if snap is not None:
+            st["snap"] = snap
+        for tp, b in (op.get("bounds") or {}).items():
+            prev = st["bounds"].get(tp)
+            if prev is not None and (b[0] < prev[0] or b[1] < prev[1]):
+                res.add("nonmonotonic-poll", proc=op["proc"], tp=tp, bounds=b, before=prev)
+            st["bounds"][tp] = b
+        for tp, (lo, hi) in (op.get("ranges") or {}).items():
+            end = st["end"].get(tp)
+            if end is not None and lo != end:
+                res.add("poll-skip", proc=op["proc"], tp=tp, expected_from=end, got_from=lo)
+            st["end"][tp] = max(hi, lo)
+        for tp, offset, value in _reads(op):
+            last = st["last"].get(tp)
+            if last is not None and offset <= last:
+                res.add("nonmonotonic-poll", proc=op["proc"], tp=tp, offset=offset,
+                        after=last, value=value)
+            st["last"][tp] = offset
+
+
+def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
+                by_value: dict[int, Txn], where: dict[int, tuple[str, int]]) -> None:
+    """Atomic visibility: every read_committed read sees a transaction whole or not at all."""
+    for op in polls:
+        if op.get("isolation") != "read_committed" or op.get("mode") == "final":
+            continue
+        seen: dict[str, set[int]] = defaultdict(set)
+        for _, _, value in _reads(op):
+            txn = by_value.get(value)
+            if txn is not None:
+                seen[txn.id].add(value)
+        full = op.get("mode") in FULL_MODES
+        bounds = op.get("bounds") or {}
+        for tid, vals in seen.items():
+            txn = txns[tid]
+            if full:
+                missing = sorted(txn.values - vals)
+            elif bounds:  # incremental: the rest must lie below this snapshot's LSO
+                missing = [v for v in sorted(txn.values - vals)
+                           if (loc := where.get(v)) is None
+                           or loc[1] >= bounds.get(loc[0], (0, 0))[1]]
+            else:
+                missing = []
+            if missing:
+                res.add("torn-transaction", proc=op["proc"], mode=op.get("mode"), txn=tid,
+                        status=txn.status, seen=sorted(vals)[:10], missing=missing[:10],
+                        snapshot=op.get("snapshot"))
+
+
+def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn]) -> None:
+    """Lost writes, unknown outcomes resolved, and per-producer order, on the final read."""
+    visible: dict[int, tuple[str, int]] = {v: (tp, o) for tp, o, v in _reads(final)}
+    for txn in txns.values():
+        vals = txn.values
+        shown = {v for v in vals if v in visible}
+        status = txn.status
+        if status == "committed" and shown != vals:
+            res.add("lost-write", txn=txn.id, missing=sorted(vals - shown)[:10],
+                    of=len(vals))
+        elif status == "unknown" and shown and shown != vals:
+            res.add("torn-transaction", mode="final", txn=txn.id, status=status,
+                    seen=sorted(shown)[:10], missing=sorted(vals - shown)[:10])
+    # one producer's transactions land in order, partition by partition
+    order: dict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
+    for txn in txns.values():
+        for v in txn.values:
+            if v in visible:
+                tp, offset = visible[v]
+                order[(txn.proc, tp)].append((offset, txn.seq, txn.id))
+    for (proc, tp), items in order.items():
+        items.sort()
+        for (o1, s1, t1), (o2, s2, t2) in itertools.pairwise(items):
+            if s2 < s1:
+                res.add("nonmonotonic-send", proc=proc, tp=tp, earlier=[t2, o2],
+                        later=[t1, o1])
+                break

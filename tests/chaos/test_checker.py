@@ -1,0 +1,168 @@
+"""The checker on hand-made histories: every anomaly is found, and a clean history passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .checker import ANOMALIES, Txn, check
+
+
+def send(txn: str, value: int, tp: str = "a-0", offset: int | None = None,
+         outcome: str = "ok") -> dict[str, Any]:
+    topic, _, p = tp.rpartition("-")
+    return {"f": "send", "proc": txn.split(":")[0], "txn": txn, "topic": topic,
+            "partition": int(p), "key": str(value % 3), "value": value, "offset": offset,
+            "outcome": outcome, "t0": 0.0, "t1": 0.0}
+
+
+def end(f: str, txn: str, outcome: str) -> dict[str, Any]:
+    return {"f": f, "proc": txn.split(":")[0], "txn": txn, "outcome": outcome,
+            "t0": 0.0, "t1": 0.0}
+
+
+def poll(reads: dict[str, list[list[int]]], *, mode: str = "poll", proc: str = "c1",
+         iso: str = "read_committed", bounds: dict[str, list[int]] | None = None,
+         ranges: dict[str, list[int]] | None = None, snapshot: list[int] | None = None,
+         t0: float = 0.0) -> dict[str, Any]:
+    return {"f": "poll", "proc": proc, "isolation": iso, "mode": mode, "reads": reads,
+            "bounds": bounds, "ranges": ranges, "snapshot": snapshot, "outcome": "ok",
+            "t0": t0, "t1": t0}
+
+
+def final(reads: dict[str, list[list[int]]], **kw: Any) -> dict[str, Any]:
+    return poll(reads, mode="final", proc="final", **kw)
+
+
+# Two committed transactions across two partitions, one aborted, one unknown (invisible).
+T1 = [send("w1:0", 1, "a-0", 0), send("w1:0", 2, "b-0", 0), end("commit", "w1:0", "ok")]
+T2 = [send("w1:1", 3, "a-0", 2), end("abort", "w1:1", "ok")]
+T3 = [send("w2:0", 4, "a-0", 5), send("w2:0", 5, "b-0", 2), end("commit", "w2:0", "ok")]
+T4 = [send("w3:0", 6, "b-0", None), end("commit", "w3:0", "unknown")]
+BOUNDS = {"a-0": [7, 7], "b-0": [4, 4]}
+FINAL_READS = {"a-0": [[0, 1], [5, 4]], "b-0": [[0, 2], [2, 5]]}
+CLEAN = [*T1, *T2, *T3, *T4,
+         poll({"a-0": [[0, 1]], "b-0": [[0, 2]]}, bounds={"a-0": [2, 2], "b-0": [2, 2]},
+              ranges={"a-0": [0, 2], "b-0": [0, 2]}, snapshot=[1, 1], t0=1),
+         poll({"a-0": [[5, 4]], "b-0": [[2, 5]]}, bounds=BOUNDS,
+              ranges={"a-0": [2, 7], "b-0": [2, 4]}, snapshot=[1, 2], t0=2),
+         poll({"a-0": [[0, 1], [2, 3], [5, 4]]}, iso="read_uncommitted", proc="u1",
+              bounds=BOUNDS, ranges={"a-0": [0, 7]}, snapshot=[1, 2]),
+         poll(FINAL_READS, mode="scan", proc="s1", bounds=BOUNDS,
+              ranges={"a-0": [0, 7], "b-0": [0, 4]}),
+         final(FINAL_READS, bounds=BOUNDS, ranges={"a-0": [0, 7], "b-0": [0, 4]})]
+
+
+def kinds(ops: list[dict[str, Any]]) -> set[str]:
+    return set(check(ops).counts)
+
+
+def test_clean_history_is_valid() -> None:
+    res = check(CLEAN)
+    assert res.valid, res.summary()
+    assert res.stats["committed"] == 2 and res.stats["aborted"] == 1
+    assert res.stats["unknown"] == 1
+
+
+def test_txn_status() -> None:
+    assert Txn("x", "w", 0, commit="ok").status == "committed"
+    assert Txn("x", "w", 0, commit="fail").status == "aborted"
+    assert Txn("x", "w", 0, commit="unknown", abort="ok").status == "aborted"
+    assert Txn("x", "w", 0, commit="unknown", abort="fail").status == "unknown"
+
+
+def test_lost_write() -> None:
+    reads = {"a-0": [[0, 1], [5, 4]], "b-0": [[0, 2]]}  # value 5 of w2:0 is gone
+    assert "lost-write" in kinds([*T1, *T3, final(reads)])
+
+
+def test_aborted_read() -> None:
+    ops = [*T2, poll({"a-0": [[2, 3]]}, mode="scan")]
+    assert kinds(ops) == {"aborted-read"}
+    # a commit the coordinator definitely refused counts as aborted too
+    ops = [send("w9:0", 9, "a-0"), end("commit", "w9:0", "fail"), final({"a-0": [[0, 9]]})]
+    assert "aborted-read" in kinds(ops)
+    # read_uncommitted may read aborted data
+    ops = [*T2, poll({"a-0": [[2, 3]]}, iso="read_uncommitted", mode="scan")]
+    assert kinds(ops) == set()
+
+
+def test_torn_transaction_in_full_read_and_incremental_poll() -> None:
+    assert "torn-transaction" in kinds([*T1, poll({"a-0": [[0, 1]]}, mode="scan")])
+    # incremental poll read a-0 only, but b-0's half sits at the snapshot's LSO
+    ops = [*T1, poll({"a-0": [[0, 1]]}, bounds={"a-0": [1, 1], "b-0": [1, 0]},
+                     ranges={"a-0": [0, 1], "b-0": [0, 0]}),
+           final({"a-0": [[0, 1]], "b-0": [[0, 2]]})]
+    assert kinds(ops) == {"torn-transaction"}
+    # same poll, snapshot covering b-0 too: fine (the consumer may read b-0 later)
+    ops[len(T1)] = poll({"a-0": [[0, 1]]}, bounds={"a-0": [1, 1], "b-0": [1, 1]},
+                        ranges={"a-0": [0, 1], "b-0": [0, 0]})
+    assert kinds(ops) == set()
+
+
+def test_unknown_outcome_must_resolve_all_or_nothing() -> None:
+    t = [send("w5:0", 10, "a-0"), send("w5:0", 11, "b-0"), end("commit", "w5:0", "unknown")]
+    assert kinds([*t, final({"a-0": [[0, 10]], "b-0": [[0, 11]]})]) == set()
+    assert kinds([*t, final({})]) == set()
+    assert kinds([*t, final({"a-0": [[0, 10]]})]) == {"torn-transaction"}
+
+
+def test_duplicate() -> None:
+    reads = {"a-0": [[0, 1], [1, 1]], "b-0": [[0, 2]]}
+    assert "duplicate" in kinds([*T1, final(reads)])
+    ops = [*T1, poll({"a-0": [[0, 1]], "b-0": [[0, 2]]}, mode="scan"),
+           final({"a-0": [[3, 1]], "b-0": [[0, 2]]})]
+    assert "duplicate" in kinds(ops)
+
+
+def test_inconsistent_offsets() -> None:
+    ops = [*T1, *T3, poll({"a-0": [[0, 1]]}, mode="scan"), poll({"a-0": [[0, 4]]}, mode="scan")]
+    assert "inconsistent-offset" in kinds(ops)
+    # a read that covered offset 0 and got nothing, while another read has a value there
+    ops = [*T1, poll({}, ranges={"a-0": [0, 2]}, mode="poll", proc="c2"),
+           final({"a-0": [[0, 1]], "b-0": [[0, 2]]})]
+    assert kinds(ops) == {"inconsistent-offset"}
+
+
+def test_nonmonotonic_poll_and_skip() -> None:
+    p1 = poll({"a-0": [[5, 4]]}, ranges={"a-0": [0, 6]}, t0=1)
+    p2 = poll({"a-0": [[0, 1]]}, ranges={"a-0": [6, 7]}, t0=2)
+    assert "nonmonotonic-poll" in kinds([*T1, *T3, p1, p2])
+    p2 = poll({}, ranges={"a-0": [7, 8]}, t0=2)
+    assert "poll-skip" in kinds([*T1, *T3, p1, p2])
+    p1 = poll({}, snapshot=[2, 5], bounds={"a-0": [6, 6]}, t0=1)
+    p2 = poll({}, snapshot=[2, 4], bounds={"a-0": [5, 5]}, t0=2)
+    assert kinds([p1, p2]) == {"nonmonotonic-poll"}
+
+
+def test_read_past_lso_and_hw() -> None:
+    ops = [*T1, poll({"a-0": [[0, 1]], "b-0": [[0, 2]]}, bounds={"a-0": [1, 0], "b-0": [1, 1]},
+                     ranges={"a-0": [0, 1], "b-0": [0, 1]})]
+    assert "read-past-lso" in kinds(ops)
+    ops = [*T2, poll({"a-0": [[2, 3]]}, iso="read_uncommitted", bounds={"a-0": [2, 0]},
+                     ranges={"a-0": [0, 3]})]
+    assert kinds(ops) == {"read-past-hw"}
+
+
+def test_nonmonotonic_send() -> None:
+    t = [send("w1:0", 1, "a-0"), end("commit", "w1:0", "ok"),
+         send("w1:1", 2, "a-0"), end("commit", "w1:1", "ok")]
+    assert kinds([*t, final({"a-0": [[0, 1], [1, 2]]})]) == set()
+    assert kinds([*t, final({"a-0": [[0, 2], [1, 1]]})]) == {"nonmonotonic-send"}
+
+
+def test_phantom_read() -> None:
+    assert kinds([poll({"a-0": [[0, 77]]}, mode="scan")]) == {"phantom-read"}
+
+
+def test_every_anomaly_kind_has_a_test() -> None:
+    tested = {"lost-write", "aborted-read", "torn-transaction", "duplicate",
+              "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
+              "read-past-hw", "nonmonotonic-send", "phantom-read"}
+    assert tested == set(ANOMALIES)
+
+
+@pytest.mark.parametrize("drop", range(len(CLEAN)))
+def test_dropping_any_op_never_crashes(drop: int) -> None:
+    check(CLEAN[:drop] + CLEAN[drop + 1:])
