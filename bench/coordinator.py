@@ -24,6 +24,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -99,9 +100,15 @@ def _txn_writer_proc(endpoint: str, root: str, topic: str, parts: int, threads: 
         w.start()
     ready.wait()  # every producer id is initialised
     barrier.wait()  # ... in every process; the parent then sets start.value
+    cpu0 = _self_cpu()
     for w in workers:
         w.join()
-    out.put({"results": results, "puts": puts[0]})
+    out.put({"results": results, "puts": puts[0], "cpu": _self_cpu() - cpu0})
+
+
+def _self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _metrics(endpoint: str) -> dict[str, float]:
@@ -151,12 +158,15 @@ def txnlog_run(root: str, parts: int, procs: int, threads: int, seconds: float
         load0 = os.getloadavg()[0]
         start.value = time.time() + 0.05  # read by the writers once the barrier opens
         t0 = start.value
+        coord_cpu0 = _proc_cpu(proc.pid)
         barrier.wait(timeout=300)
         reports = [out.get(timeout=seconds + 300) for _ in children]
         for ch in children:
             ch.join()
         after = _metrics(proc.endpoint)
         load1 = os.getloadavg()[0]
+        coord_cpu = _proc_cpu(proc.pid) - coord_cpu0
+    cpu = coord_cpu + sum(r["cpu"] for r in reports)
     ends = sorted((end, lat) for r in reports for end, lat in r["results"])
     in_window = [lat for end, lat in ends if end <= t0 + seconds]
     lat = sorted(lat for _, lat in ends)
@@ -179,7 +189,19 @@ def txnlog_run(root: str, parts: int, procs: int, threads: int, seconds: float
             "objects_per_txn": sum(objects.values()) / max(1, commits),
             "objects": {k: v / max(1, commits) for k, v in objects.items()},
             "log_records_per_object": records / max(1.0, objects["log"]),
+            "cpu_ms_per_txn": cpu * 1000 / max(1, commits),
+            "coordinator_cpu_ms_per_txn": coord_cpu * 1000 / max(1, commits),
             "load": [round(load0, 2), round(load1, 2)]}
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + sys) a live process has used (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------------------- delta
@@ -191,7 +213,10 @@ def _delta_writer_proc(uri: str, parts: int, threads: int, seconds: float,
 
     table = pa.table({"partition": pa.array(range(parts), pa.int32()),
                       "value": pa.array([b"x" * 100] * parts)})
+    from deltalake.exceptions import CommitFailedError
+
     results: list[tuple[float, float]] = []
+    failed = [0]
     lock = threading.Lock()
 
     def run() -> None:
@@ -199,18 +224,24 @@ def _delta_writer_proc(uri: str, parts: int, threads: int, seconds: float,
         local = []
         while time.time() < stop:
             t0 = time.monotonic()
-            write_deltalake(uri, table, mode="append", storage_options=opts)
+            try:
+                write_deltalake(uri, table, mode="append", storage_options=opts)
+            except CommitFailedError:  # gave up after its conflict retries: not committed
+                with lock:
+                    failed[0] += 1
+                continue
             local.append((time.time(), (time.monotonic() - t0) * 1000))
         with lock:
             results.extend(local)
 
     barrier.wait()
+    cpu0 = _self_cpu()
     workers = [threading.Thread(target=run) for _ in range(threads)]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    out.put({"results": results})
+    out.put({"results": results, "cpu": _self_cpu() - cpu0, "failed": failed[0]})
 
 
 def _count_objects(uri: str, opts: dict[str, str] | None) -> int:
@@ -256,11 +287,14 @@ def delta_run(uri: str, parts: int, procs: int, threads: int, seconds: float,
     if version != len(ends):  # every append is one version: lost or doubled commits?
         raise RuntimeError(f"delta table at version {version} after {len(ends)} appends")
     objects = _count_objects(uri, opts) - objects0
+    cpu = sum(r["cpu"] for r in reports)
     return {"system": "delta", "partitions": parts, "writers": procs * threads,
             "txn_per_s": len(in_window) / seconds,
             "commit_p50_ms": statistics.median(lat),
             "commit_p99_ms": lat[max(0, int(len(lat) * 0.99) - 1)],
             "objects_per_txn": objects / max(1, len(ends)),
+            "cpu_ms_per_txn": cpu * 1000 / max(1, len(ends)),
+            "commit_failures": sum(r["failed"] for r in reports),
             "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
@@ -359,6 +393,8 @@ def main() -> int:
                               f"obj/txn {t['objects_per_txn']:.2f} "
                               f"({', '.join(f'{k} {v:.2f}' for k, v in t['objects'].items())})"
                               f", log records/object {t['log_records_per_object']:.1f}"
+                              f", CPU ms/txn {t['cpu_ms_per_txn']:.2f} (coordinator "
+                              f"{t['coordinator_cpu_ms_per_txn']:.2f})"
                               + (f" | delta {d_runs[-1]['txn_per_s']:.0f} txn/s"
                                  if d_runs else "")
                               + f" | load {t['load']}", flush=True)

@@ -1070,8 +1070,9 @@ class Engine:
 
         async def fence(t: str, p: int, b: int) -> None:
             # False = the data object is there (a late writer); its ABORT marker covers it.
-            await self._storage(self.storage.put_if_absent, layout.segment_path(t, p, b), b"")
-            self._object_written("fence")
+            if await self._storage(self.storage.put_if_absent, layout.segment_path(t, p, b),
+                                   b""):
+                self._object_written("fence")
 
         async def marker(t: str, p: int, base: int, ms: list[list[int]]) -> None:
             data = encode_markers([Marker(commit_type[typ], pid, ep, plan["cepoch"], plan["ts"])

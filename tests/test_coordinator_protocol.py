@@ -433,3 +433,54 @@ def test_unconfirmed_idempotent_reservation_is_fenced_and_metrics(tmp_path: Path
         text = urllib.request.urlopen(f"{proc.endpoint}/metrics").read().decode()
         assert "txnlog_coordinator_reservations_total 1.0" in text
         assert "txnlog_coordinator_open_transactions" in text
+
+
+def _metric_samples(endpoint: str, name: str) -> dict[str, float]:
+    import urllib.request
+    text = urllib.request.urlopen(f"{endpoint}/metrics").read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_commit_path_three_round_trips_with_fences(tmp_path: Path) -> None:
+    """Fences go out with the markers: still 3 sequential round trips; late writes stay out.
+
+    Member m2 reserved and never wrote (fenced, its late write fails); m3 wrote but neither
+    confirmed nor was named, so its fence finds the data: the ABORT marker above it must
+    hide it from read_committed readers whatever order the fence and marker puts land in.
+    """
+    root = (tmp_path / "root").as_uri()
+    with CoordinatorProc(root, log_path=tmp_path / "c.log") as proc:
+        c = proc.client()
+        st = Storage.for_url(root)
+        c.create_topic("t", 2)
+        tid = "rt"
+        pid, ep = c.init_producer_id(tid)
+        m1 = c.add_member(tid, pid, ep, "a0")
+        m2 = c.add_member(tid, pid, ep, "a1")
+        m3 = c.add_member(tid, pid, ep, "a2")
+        r1 = c.reserve(m1[0], 0, {("t", 0): (0, 1), ("t", 1): (0, 1)})
+        r2 = c.reserve(m2[0], 0, {("t", 0): (0, 2)})
+        r3 = c.reserve(m3[0], 0, {("t", 1): (0, 1)})
+        for p in (0, 1):
+            assert write(st, "t", p, r1[("t", p)], m1[0], 0, [f"ok{p}"])
+        c.confirm(m1[0], 0, [("t", p, r1[("t", p)]) for p in (0, 1)])
+        assert write(st, "t", 1, r3[("t", 1)], m3[0], 0, ["zombie"])  # never confirmed
+        out = c.end_txn(tid, pid, ep, True, members=[m1[0]])
+        assert out["outcome"] == "commit"
+        assert read_values(st, "t", 0) == [b"ok0"]
+        assert read_values(st, "t", 1) == [b"ok1"]
+        assert st.get(layout.segment_path("t", 0, r2[("t", 0)])) == b""
+        assert write(st, "t", 0, r2[("t", 0)], m2[0], 0, ["late", "late"]) is False
+        rts = _metric_samples(proc.endpoint, "txnlog_coordinator_commit_round_trips")
+        total = rts["txnlog_coordinator_commit_round_trips_count"]
+        assert total >= 1
+        assert rts['txnlog_coordinator_commit_round_trips_bucket{le="3.0"}'] == total
+        assert rts['txnlog_coordinator_commit_round_trips_bucket{le="2.0"}'] == 0
+        objs = _metric_samples(proc.endpoint, "txnlog_coordinator_objects_written_total")
+        assert objs['txnlog_coordinator_objects_written_total{kind="fence"}'] == 1  # m2's
+        assert objs['txnlog_coordinator_objects_written_total{kind="marker"}'] == 2
