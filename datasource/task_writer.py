@@ -10,6 +10,7 @@ background so a slow upstream iterator never lets the transaction time out.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ from .routing import Router
 
 # Flush when this much Arrow data is buffered in a task (all partitions together).
 FLUSH_BYTES = 32 << 20
+# A Spark local property (sc.setLocalProperty) that overrides FLUSH_BYTES for the jobs of
+# one thread: no option needed, and tests use "1" to make a task write before its input ends.
+FLUSH_BYTES_PROPERTY = "txnlog.write.flushBytes"
 _io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txnlog-put")
 
 
@@ -58,6 +62,7 @@ class _Heartbeat:
     def __init__(self, client: CoordinatorClient, tid: str, pid: int, epoch: int,
                  interval_s: float) -> None:
         self._stop = threading.Event()
+        self._deadline: float | None = None
         self.error: Exception | None = None
         self._thread = threading.Thread(target=self._run, args=(client, tid, pid, epoch,
                                                                 interval_s), daemon=True)
@@ -66,9 +71,11 @@ class _Heartbeat:
     def _run(self, client: CoordinatorClient, tid: str, pid: int, epoch: int,
              interval_s: float) -> None:
         while not self._stop.wait(interval_s):
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                return
             try:
                 client.heartbeat(tid, pid, epoch)
-            except ProducerFencedError as exc:
+            except ProducerFencedError as exc:  # also: the transaction has ended
                 self.error = exc
                 return
             except Exception:  # transient: the next beat or the next RPC will tell
@@ -77,13 +84,41 @@ class _Heartbeat:
     def stop(self) -> None:
         self._stop.set()
 
+    def linger(self, seconds: float) -> None:
+        """Go on beating until the transaction ends or ``seconds`` pass."""
+        self._deadline = time.monotonic() + seconds
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stop.is_set()
+
+
+# A finished task's heartbeat lingers until the transaction ends (then the coordinator answers
+# ProducerFenced) or LINGER_S pass: Spark runs commit() in a fresh planner worker after the last
+# task ends, and that gap must not time out a transaction with a short transaction.timeout.ms.
+# One lingering beat per transactional id and Python worker (workers are reused).
+LINGER_S = 60.0
+_lingering: dict[str, _Heartbeat] = {}
+_lingering_lock = threading.Lock()
+
+
+def _linger(tid: str, beat: _Heartbeat) -> None:
+    with _lingering_lock:
+        for key, other in list(_lingering.items()):
+            if not other.alive or key == tid:
+                other.stop()
+                del _lingering[key]
+        beat.linger(LINGER_S)
+        _lingering[tid] = beat
+
 
 class TaskWriter:
     """Buffers routed rows and flushes them as reserved, written, confirmed segments."""
 
     def __init__(self, opts: WriteOptions, client: CoordinatorClient, member_id: int,
-                 member_epoch: int) -> None:
+                 member_epoch: int, flush_bytes: int = FLUSH_BYTES) -> None:
         self.opts = opts
+        self.flush_bytes = flush_bytes
         self.client = client
         self.storage = Storage.for_url(opts.root, opts.storage_options)
         self.member_id = member_id
@@ -113,7 +148,7 @@ class TaskWriter:
         for tp, part in self.router.route(batch).items():
             self._buffers.setdefault(tp, []).append(part)
             self._buffered += part.nbytes
-        if self._buffered >= FLUSH_BYTES:
+        if self._buffered >= self.flush_bytes:
             self.flush()
 
     def flush(self) -> None:
@@ -152,6 +187,14 @@ class TaskWriter:
         self._buffers, self._buffered = {}, 0
 
 
+def _flush_bytes(ctx: object | None) -> int:
+    raw = ctx.getLocalProperty(FLUSH_BYTES_PROPERTY) if ctx else None  # type: ignore[attr-defined]
+    try:
+        return max(1, int(raw)) if raw else FLUSH_BYTES
+    except ValueError:
+        return FLUSH_BYTES
+
+
 def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: CoordinatorClient,
              membership: Membership, member_key: str | None = None) -> TxnlogCommitMessage:
     """Write one task attempt's rows as a member of ``membership``'s transaction.
@@ -171,14 +214,19 @@ def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: Coo
         member_key or f"p{task_partition}-a{attempt}-t{task_attempt_id}")
     beat = _Heartbeat(client, membership.transactional_id, member_id, member_epoch,
                       interval_s=max(0.5, min(10.0, opts.transaction_timeout_ms / 4000)))
+    done = False
     try:
-        writer = TaskWriter(opts, client, member_id, member_epoch)
+        writer = TaskWriter(opts, client, member_id, member_epoch, _flush_bytes(ctx))
         for batch in iterator:
             if beat.error is not None:
                 raise beat.error
             writer.add(batch)
         writer.flush()
+        done = True
     finally:
-        beat.stop()
+        if done:
+            _linger(membership.transactional_id, beat)
+        else:
+            beat.stop()
     return TxnlogCommitMessage(member_id, member_epoch, task_partition, attempt,
                                writer.records, writer.written)
