@@ -1,0 +1,649 @@
+"""The chaos harness: workload + faults + final read + checker, one fault class at a time.
+
+    python -m tests.chaos.run --profile short --backend file,s3 --faults all
+    python -m tests.chaos.run --profile long --backend s3 --faults coordinator-kill,mixed
+
+Each (fault class, backend) scenario: a fresh root, a real coordinator process, producer
+and consumer processes (chaos/workload.py) writing a history, a nemesis thread injecting
+the fault, then healing (every process resumed, a coordinator running, storage back), a
+wait until every partition's LSO reaches its HW (open transactions time out), a final read
+of everything, and the checker (chaos/checker.py). Results go to ``<out>/results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+
+from coordinator_proc import CoordinatorProc  # noqa: E402
+from s3_server import S3Server  # noqa: E402
+from txnlog.coordinator.client import CoordinatorClient  # noqa: E402
+from txnlog.log_format.storage import Storage  # noqa: E402
+
+from . import checker, workload  # noqa: E402
+from .history import HistoryWriter, read_history  # noqa: E402
+
+BUCKET = "txnlog-chaos"
+FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
+               "zombie", "two-coordinators", "client-kill", "disk-full", "mixed")
+S3_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
+             "zombie", "two-coordinators", "client-kill", "s3-pause", "s3-restart",
+             "s3-proxy", "mixed")
+MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "zombie",
+           "two-coordinators", "client-kill", "disk-full", "s3-pause", "s3-restart",
+           "s3-proxy")
+FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
+                "after_complete_before_reply", "mid_snapshot", "after_reserve",
+                "after_log_write")
+
+
+@dataclass
+class Profile:
+    producers: int
+    txns_per_producer: int
+    duration: float  # seconds of workload (each producer stops at its txn count or this)
+    consumers: int = 1
+
+
+PROFILES = {
+    "short": Profile(producers=3, txns_per_producer=40, duration=12.0),
+    "long": Profile(producers=4, txns_per_producer=300, duration=240.0, consumers=2),
+}
+
+
+@dataclass
+class Outcome:
+    fault: str
+    backend: str
+    txns: int = 0
+    committed: int = 0
+    aborted: int = 0
+    unknown: int = 0
+    records: int = 0
+    committed_records: int = 0
+    anomalies: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[Any]] = field(default_factory=dict)
+    faults_injected: int = 0
+    seconds: float = 0.0
+    history: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies and self.error is None
+
+
+# ====================================================================== processes
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(TESTS_DIR), env.get("PYTHONPATH", "")) if p)
+    env.update(extra or {})
+    return env
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _is_stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
+class Scenario:
+    """One fault class on one backend; every process it starts is stopped in `cleanup`."""
+
+    def __init__(self, fault: str, backend: str, profile: Profile, out: Path, seed: int,
+                 s3: S3Server | None = None, unsafe: str = "") -> None:
+        self.fault = fault
+        self.backend = backend
+        self.profile = profile
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.s3 = s3
+        self.unsafe = unsafe
+        self.dir = out / f"{fault}-{backend}"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.hist_dir = self.dir / "history"
+        self.hist_dir.mkdir(parents=True)
+        self.hist = HistoryWriter(self.hist_dir / "nemesis.jsonl", "nemesis")
+        self.coords: list[CoordinatorProc] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.producers: dict[int, subprocess.Popen[bytes]] = {}
+        self.next_worker = 0
+        self.proxy: subprocess.Popen[bytes] | None = None
+        self.proxy_endpoint: str | None = None
+        self.mount: Path | None = None
+        self.filler: Path | None = None
+        self.stop_nemesis = threading.Event()
+        self.lock = threading.RLock()
+        self.injected = 0
+        self.env_extra: dict[str, str] = {}
+        if unsafe:
+            self.env_extra["TXNLOG_UNSAFE"] = unsafe
+        self.root = self._make_root()
+
+    # ---- storage ------------------------------------------------------------------
+    def _make_root(self) -> str:
+        if self.backend == "file":
+            path = self.dir / "root"
+            if self.fault in ("disk-full", "mixed"):
+                path = self._mount_tmpfs(path)
+            path.mkdir(parents=True, exist_ok=True)
+            return path.as_uri()
+        assert self.s3 is not None
+        self.env_extra.update(self.s3.env())
+        if self.fault in ("s3-proxy", "mixed"):
+            self._start_proxy()
+            self.env_extra["AWS_ENDPOINT_URL"] = self.proxy_endpoint  # type: ignore[assignment]
+        os.environ.update(self.env_extra)
+        Storage.clear_cache()
+        return f"s3://{BUCKET}/{self.fault}-{uuid.uuid4().hex[:8]}"
+
+    def _mount_tmpfs(self, path: Path) -> Path:
+        """A small tmpfs, so the disk can really fill up (needs root; else a plain dir)."""
+        path.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(path)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            self.note("no-mount", error=r.stderr.strip())
+            return path
+        self.mount = path
+        return path
+
+    def _start_proxy(self) -> None:
+        assert self.s3 is not None
+        port_file = self.dir / "proxy.port"
+        self.proxy = subprocess.Popen(
+            [sys.executable, "-m", "chaos.proxy", "--upstream", self.s3.endpoint,
+             "--port-file", str(port_file), "--seed", str(self.seed)],
+            env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(self.dir / "proxy.log", "wb"), start_new_session=True)  # noqa: SIM115
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            if time.monotonic() > deadline or self.proxy.poll() is not None:
+                raise RuntimeError("the chaos proxy did not start")
+            time.sleep(0.05)
+        port = json.loads(port_file.read_text())["port"]
+        self.proxy_endpoint = f"http://127.0.0.1:{port}"
+
+    def note(self, what: str, **kw: Any) -> None:
+        self.hist.write("info", what=what, **kw)
+
+    # ---- coordinator ----------------------------------------------------------------
+    def start_coordinator(self, faults: str | None = None) -> CoordinatorProc:
+        saved = {k: os.environ.get(k) for k in self.env_extra}
+        os.environ.update(self.env_extra)
+        try:
+            n = len(self.coords)
+            c = CoordinatorProc(self.root, faults=faults, log_path=self.dir / f"coord-{n}.log",
+                                extra=["--log-level", "INFO", "--heartbeat-ms", "1000"])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        with self.lock:
+            self.coords.append(c)
+        self.note("coordinator-start", pid=c.pid, faults=faults)
+        return c
+
+    def live_coordinators(self) -> list[CoordinatorProc]:
+        return [c for c in self.coords if c.proc.poll() is None]
+
+    def ensure_coordinator(self, timeout: float = 60.0) -> str:
+        """A healthy registered coordinator (restarting one if none is alive)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            live = self.live_coordinators()
+            for c in live:
+                _signal(c.pid, signal.SIGCONT)
+            if not live:
+                c = self.start_coordinator()
+                with contextlib.suppress(Exception):
+                    return c.wait_healthy(min(30.0, max(1.0, deadline - time.monotonic())))
+                continue
+            with contextlib.suppress(Exception):
+                return workload.discover(self.root, timeout=5.0)
+        raise TimeoutError("no healthy coordinator")
+
+    # ---- workers ---------------------------------------------------------------------
+    def start_producer(self, zombie_p: float = 0.0, txns: int | None = None,
+                       duration: float | None = None) -> int:
+        w = self.next_worker
+        self.next_worker += 1
+        p = self.profile
+        args = [sys.executable, "-m", "chaos.workload", "producer", "--root", self.root,
+                "--history", str(self.hist_dir), "--worker", str(w), "--run",
+                f"{self.fault}{self.seed}", "--seed", str(self.seed),
+                "--txns", str(txns or p.txns_per_producer),
+                "--duration", str(duration or p.duration), "--zombie-p", str(zombie_p)]
+        proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
+                                stderr=open(self.dir / f"w{w}.log", "wb"),  # noqa: SIM115
+                                start_new_session=True)
+        with self.lock:
+            self.workers.append(proc)
+            self.producers[w] = proc
+        return w
+
+    def start_consumer(self, duration: float) -> None:
+        w = self.next_worker
+        self.next_worker += 1
+        args = [sys.executable, "-m", "chaos.workload", "consumer", "--root", self.root,
+                "--history", str(self.hist_dir), "--worker", str(w),
+                "--duration", str(duration)]
+        proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
+                                stderr=open(self.dir / f"c{w}.log", "wb"),  # noqa: SIM115
+                                start_new_session=True)
+        with self.lock:
+            self.workers.append(proc)
+
+    def producers_running(self) -> bool:
+        return any(p.poll() is None for p in self.producers.values())
+
+    # ---- faults ------------------------------------------------------------------------
+    def nemesis(self) -> None:
+        """Inject this scenario's fault class until told to stop (every wait is bounded)."""
+        kinds = [self.fault] if self.fault != "mixed" else [
+            f for f in MIXABLE if self._applies(f)]
+        faults: dict[str, Callable[[], None]] = {
+            "coordinator-kill": self.f_coordinator_kill,
+            "coordinator-pause": self.f_coordinator_pause,
+            "coordinator-faultpoints": self.f_faultpoints,
+            "zombie": self.f_zombie,
+            "two-coordinators": self.f_two_coordinators,
+            "client-kill": self.f_client_kill,
+            "disk-full": self.f_disk_full,
+            "s3-pause": self.f_s3_pause,
+            "s3-restart": self.f_s3_restart,
+            "s3-proxy": self.f_s3_proxy,
+        }
+        while not self.stop_nemesis.wait(self.rng.uniform(1.5, 4.0)):
+            self.resume_zombies()
+            self.supervise()
+            kind = self.rng.choice(kinds)
+            if kind in faults:
+                try:
+                    faults[kind]()
+                    self.injected += 1
+                except Exception as exc:
+                    self.note("nemesis-error", kind=kind, error=repr(exc))
+
+    def _applies(self, kind: str) -> bool:
+        if kind == "disk-full":
+            return self.mount is not None
+        if kind.startswith("s3-"):
+            return self.backend == "s3" and (kind != "s3-proxy" or self.proxy is not None)
+        return True
+
+    def supervise(self) -> None:
+        """Restart the coordinator when none is alive (fault points, fencing, exit 4)."""
+        if not self.live_coordinators():
+            faults = None
+            if self.fault in ("coordinator-faultpoints", "mixed") and self.rng.random() < 0.7:
+                faults = f"{self.rng.choice(FAULT_POINTS)}:{self.rng.randint(1, 15)}"
+            self.start_coordinator(faults)
+
+    def _sleep(self, lo: float, hi: float) -> None:
+        self.stop_nemesis.wait(self.rng.uniform(lo, hi))
+
+    def f_coordinator_kill(self) -> None:
+        for c in self.live_coordinators():
+            self.note("kill-coordinator", pid=c.pid)
+            c.kill()
+        self._sleep(0.1, 0.8)
+        self.supervise()
+
+    def f_coordinator_pause(self) -> None:
+        live = self.live_coordinators()
+        if not live:
+            return
+        c = live[-1]
+        self.note("pause-coordinator", pid=c.pid)
+        _signal(c.pid, signal.SIGSTOP)
+        try:
+            self._sleep(0.3, 4.0)
+        finally:
+            _signal(c.pid, signal.SIGCONT)
+            self.note("resume-coordinator", pid=c.pid)
+
+    def f_faultpoints(self) -> None:
+        if self.live_coordinators():
+            return  # the armed coordinator is still alive: let the workload reach the point
+        self.supervise()
+
+    def f_zombie(self) -> None:
+        pass  # the producers pause themselves (--zombie-p); resume_zombies() wakes them
+
+    def resume_zombies(self) -> None:
+        """Resume self-paused producers only after their transaction was aborted."""
+        if self.fault not in ("zombie", "mixed"):
+            return
+        for w, p in list(self.producers.items()):
+            if p.poll() is None and _is_stopped(p.pid):
+                tid = f"chaos-{self.fault}{self.seed}-w{w}"
+                self._sleep(0.2, 0.5)
+                if self.rng.random() < 0.5:
+                    self.fence_with_new_instance(tid)  # a newer instance fences it at once
+                else:
+                    self._sleep(3.5, 4.5)  # past transaction.timeout.ms: aborted by timeout
+                self.note("resume-zombie", worker=w, pid=p.pid)
+                _signal(p.pid, signal.SIGCONT)
+
+    def fence_with_new_instance(self, tid: str) -> None:
+        with contextlib.suppress(Exception):
+            endpoint = workload.discover(self.root, timeout=10)
+            c = CoordinatorClient(endpoint, timeout=10, retry_for=5)
+            pid, epoch = c.init_producer_id(tid, 3000)
+            self.note("fence-zombie", tid=tid, producer_id=pid, epoch=epoch)
+
+    def f_two_coordinators(self) -> None:
+        live = self.live_coordinators()
+        old = live[-1] if live else None
+        paused = old is not None and self.rng.random() < 0.5
+        if paused:
+            _signal(old.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        new = self.start_coordinator()
+        self.note("second-coordinator", old=old.pid if old else None, new=new.pid,
+                  old_paused=paused)
+        with contextlib.suppress(Exception):
+            new.wait_healthy(20)
+        if old is not None:
+            _signal(old.pid, signal.SIGCONT)  # a stale coordinator wakes up: must be fenced
+        self._sleep(1.0, 3.0)
+        for c in self.live_coordinators()[:-1]:
+            if self.rng.random() < 0.5:
+                c.kill()
+
+    def f_client_kill(self) -> None:
+        running = [w for w, p in self.producers.items() if p.poll() is None]
+        if not running:
+            return
+        w = self.rng.choice(running)
+        self.note("kill-producer", worker=w, pid=self.producers[w].pid)
+        _signal(self.producers[w].pid, signal.SIGKILL)
+        self.producers[w].wait(10)
+        self.start_producer(duration=max(2.0, self.remaining()))
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def f_disk_full(self) -> None:
+        if self.mount is None:
+            return
+        filler = self.mount / "zz-filler"
+        self.note("disk-full")
+        with contextlib.suppress(OSError), open(filler, "wb") as f:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(64):
+                f.write(chunk)
+        self._sleep(0.5, 2.5)
+        with contextlib.suppress(FileNotFoundError):
+            filler.unlink()
+        self.note("disk-freed")
+        self.supervise()
+
+    def f_s3_pause(self) -> None:
+        assert self.s3 is not None
+        self.note("s3-pause")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.s3.process.pid, signal.SIGSTOP)
+        try:
+            self._sleep(0.5, 4.0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.s3.process.pid, signal.SIGCONT)
+            self.note("s3-resume")
+
+    def f_s3_restart(self) -> None:
+        assert self.s3 is not None
+        self.note("s3-kill")
+        restart_s3(self.s3, down_s=self.rng.uniform(0.2, 2.0))
+        self.note("s3-restarted")
+
+    def f_s3_proxy(self) -> None:
+        if self.proxy_endpoint is None:
+            return
+        from .proxy import set_faults
+
+        cfg = {"p_delay": self.rng.uniform(0.05, 0.3), "p_503": self.rng.uniform(0.02, 0.15),
+               "p_500": self.rng.uniform(0.01, 0.08), "max_delay": self.rng.uniform(0.1, 1.0)}
+        set_faults(self.proxy_endpoint, **cfg)
+        self.note("proxy-faults", **cfg)
+        self._sleep(1.0, 4.0)
+        set_faults(self.proxy_endpoint, off=1)
+        self.note("proxy-calm")
+
+    def heal(self) -> None:
+        for p in self.workers:
+            if p.poll() is None:
+                _signal(p.pid, signal.SIGCONT)
+        for c in self.coords:
+            if c.proc.poll() is None:
+                _signal(c.pid, signal.SIGCONT)
+        if self.s3 is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.s3.process.pid, signal.SIGCONT)
+        if self.proxy_endpoint is not None:
+            from .proxy import set_faults
+
+            with contextlib.suppress(Exception):
+                set_faults(self.proxy_endpoint, off=1)
+        if self.mount is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (self.mount / "zz-filler").unlink()
+
+    # ---- the run -----------------------------------------------------------------------
+    def run(self) -> Outcome:
+        t0 = time.monotonic()
+        out = Outcome(self.fault, self.backend, history=str(self.hist_dir))
+        try:
+            self._run(out)
+        except Exception as exc:
+            out.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.cleanup()
+        out.seconds = round(time.monotonic() - t0, 1)
+        out.faults_injected = self.injected
+        return out
+
+    def _run(self, out: Outcome) -> None:
+        p = self.profile
+        first = self.start_coordinator()
+        endpoint = first.wait_healthy(60)
+        client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
+        for topic, n in workload.TOPICS.items():
+            client.create_topic(topic, n, exist_ok=True)
+        self.deadline = time.monotonic() + p.duration
+        for _ in range(p.producers):
+            self.start_producer(zombie_p=0.15 if self.fault in ("zombie", "mixed") else 0.0)
+        for _ in range(p.consumers):
+            self.start_consumer(p.duration + 5)
+        nemesis = threading.Thread(target=self.nemesis, name="nemesis", daemon=True)
+        if self.fault != "none":
+            nemesis.start()
+        # Producers stop at their transaction count or the duration; bounded wait.
+        hard = time.monotonic() + p.duration + 60
+        while self.producers_running() and time.monotonic() < hard:
+            time.sleep(0.2)
+            if time.monotonic() > self.deadline + 5:
+                self.stop_nemesis.set()
+                self.heal()
+        self.stop_nemesis.set()
+        if nemesis.is_alive():
+            nemesis.join(30)
+        self.heal()
+        for w in self.workers:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.wait(max(0.1, hard - time.monotonic()))
+            if w.poll() is None:
+                self.note("worker-killed-at-end", pid=w.pid)
+                _signal(w.pid, signal.SIGKILL)
+                w.wait(10)
+        self.final_read()
+        ops = list(read_history(self.hist_dir))
+        res = checker.check(ops)
+        (self.dir / "check.txt").write_text(res.summary() + "\n")
+        out.anomalies = res.counts
+        out.examples = res.anomalies
+        for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records"):
+            setattr(out, k, res.stats.get(k, 0))
+
+    def final_read(self) -> None:
+        """Once every partition's LSO reached its HW, read everything (both levels)."""
+        endpoint = self.ensure_coordinator()
+        client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                endpoint = self.ensure_coordinator(30)
+                client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
+                snap = client.stable(publish=True)
+                parts = snap["partitions"]
+                if all(v["hw"] == v["lso"] for v in parts.values()) and \
+                        not any(client.describe_txn(f"chaos-{self.fault}{self.seed}-w{w}")
+                                .get("state") in ("Ongoing", "PrepareCommit", "PrepareAbort")
+                                for w in self.producers):
+                    break
+            except Exception as exc:
+                self.note("final-wait", error=repr(exc))
+            if time.monotonic() > deadline:
+                self.note("final-wait-timeout")
+                break
+            time.sleep(0.5)
+        with HistoryWriter(self.hist_dir / "final.jsonl", "final") as h:
+            for iso in ("read_committed", "read_uncommitted"):
+                h.write("poll", mode="final", **workload.scan_op(self.root, iso))
+
+    def cleanup(self) -> None:
+        self.stop_nemesis.set()
+        for w in self.workers:
+            if w.poll() is None:
+                _signal(w.pid, signal.SIGKILL)
+                _signal(w.pid, signal.SIGCONT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    w.wait(10)
+        for c in self.coords:
+            with contextlib.suppress(Exception):
+                _signal(c.pid, signal.SIGCONT)
+                c.kill() if c.proc.poll() is None else None
+                c.stop()
+        if self.proxy is not None and self.proxy.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proxy.pid, signal.SIGKILL)
+            self.proxy.wait(10)
+        if self.s3 is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.s3.process.pid, signal.SIGCONT)
+        if self.mount is not None:
+            subprocess.run(["umount", "-l", str(self.mount)], capture_output=True)
+        self.hist.close()
+        for k in self.env_extra:
+            os.environ.pop(k, None)
+        if self.s3 is not None:
+            os.environ.update(self.s3.env())
+        Storage.clear_cache()
+
+
+def restart_s3(server: S3Server, down_s: float = 0.5) -> None:
+    """SIGKILL the S3 server and start it again on the same ports and data directory."""
+    args, cwd = server.process.args, server.workdir
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.process.pid, signal.SIGKILL)
+    server.process.wait(10)
+    time.sleep(down_s)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["HOME"] = str(cwd)
+    with open(server.log_path, "ab") as log:
+        server.process = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                          env=env, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+    server._wait_ready()
+
+
+# ====================================================================== CLI
+def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path, seed: int,
+            unsafe: str = "", log: Callable[[str], None] = print) -> list[Outcome]:
+    results: list[Outcome] = []
+    for backend in backends:
+        s3: S3Server | None = None
+        try:
+            if backend == "s3":
+                s3 = S3Server.start(Path(tempfile.mkdtemp(prefix="txnlog-chaos-weed-")))
+                s3.create_bucket(BUCKET)
+                os.environ.update(s3.env())
+            allowed = FILE_FAULTS if backend == "file" else S3_FAULTS
+            for fault in faults:
+                if fault not in allowed:
+                    continue
+                res = Scenario(fault, backend, profile, out, seed, s3, unsafe).run()
+                results.append(res)
+                log(f"{fault:24s} {backend:4s} txns={res.txns} committed={res.committed} "
+                    f"unknown={res.unknown} records={res.records} faults={res.faults_injected}"
+                    f" anomalies={res.anomalies or 0} error={res.error} {res.seconds}s")
+        finally:
+            if s3 is not None:
+                s3.stop()
+                for k in s3.env():
+                    os.environ.pop(k, None)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="short")
+    ap.add_argument("--long", action="store_true", help="same as --profile long")
+    ap.add_argument("--backend", default="file", help="file, s3 or file,s3")
+    ap.add_argument("--faults", default="all",
+                    help=f"comma-separated, or 'all': {', '.join((*S3_FAULTS, 'disk-full'))}")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--txns", type=int, default=None, help="override txns per producer")
+    ap.add_argument("--duration", type=float, default=None, help="override seconds")
+    args = ap.parse_args(argv)
+    profile = PROFILES["long" if args.long else args.profile]
+    if args.txns or args.duration:
+        profile = Profile(profile.producers, args.txns or profile.txns_per_producer,
+                          args.duration or profile.duration, profile.consumers)
+    faults = (list(dict.fromkeys(FILE_FAULTS + S3_FAULTS)) if args.faults == "all"
+              else args.faults.split(","))
+    out = args.out or Path(tempfile.mkdtemp(prefix="txnlog-chaos-"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"chaos run: profile={profile} out={out}")
+    results = run_all(faults, args.backend.split(","), profile, out, args.seed)
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    bad = [r for r in results if not r.ok]
+    print(f"{len(results)} scenarios, {len(bad)} with anomalies or errors; results in {out}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""Workload processes: transactional producers and consumers that record a history.
+
+Run as ``python -m chaos.workload producer|consumer ...`` (with ``tests/`` on PYTHONPATH);
+the harness (run.py) starts several of each and injects faults around them. Every loop is
+bounded by a count and a deadline. Values are unique integers (``worker * 10**7 + n``) so
+the checker can tell every record apart; each transaction spans random partitions of two
+topics, so torn transactions across partitions and topics are visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from txnlog.coordinator import errors as cerr
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.log_format import layout
+from txnlog.log_format.consumer import Consumer
+from txnlog.log_format.storage import Storage
+
+from .history import HistoryWriter, tp_key
+
+TOPICS = {"chaos-a": 3, "chaos-b": 2}
+# The coordinator said no: the transaction definitely did not commit.
+DEFINITE = (cerr.ProducerFencedError, cerr.InvalidProducerEpochError, cerr.InvalidTxnStateError,
+            cerr.OutOfOrderSequenceError, cerr.DuplicateSequenceError,
+            cerr.InvalidProducerIdMappingError)
+
+
+def partitions() -> list[tuple[str, int]]:
+    return [(t, p) for t, n in TOPICS.items() for p in range(n)]
+
+
+def discover(root: str, timeout: float = 30.0) -> str:
+    """The registered coordinator's endpoint once it answers /healthz (never starts one)."""
+    storage = Storage.for_url(root)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError, ValueError, KeyError, OSError):
+            info = json.loads(storage.get(layout.COORDINATOR_FILE))
+            endpoint = info["endpoint"]
+            if CoordinatorClient(endpoint, timeout=2.0, retry_for=0.0).healthy():
+                return endpoint
+        time.sleep(0.1)
+    raise TimeoutError(f"no healthy coordinator registered under {root} after {timeout}s")
+
+
+def classify(exc: BaseException) -> str:
+    return "fail" if isinstance(exc, DEFINITE) else "unknown"
+
+
+def err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+# ================================================================== producer
+class ProducerWorker:
+    """One transactional id, one transaction at a time, re-initialized after any error."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.root = args.root
+        self.worker = args.worker
+        self.proc = f"w{args.worker}"
+        self.tid = f"chaos-{args.run}-w{args.worker}"
+        self.hist = HistoryWriter(Path(args.history) / f"{self.proc}.jsonl", self.proc)
+        self.rng = random.Random(args.seed * 1000 + args.worker)
+        self.counter = 0
+        self.producer: TransactionalProducer | None = None
+
+    def next_value(self) -> int:
+        self.counter += 1
+        return self.worker * 10**7 + self.counter
+
+    def ensure_producer(self) -> TransactionalProducer:
+        if self.producer is None:
+            endpoint = discover(self.root)
+            p = TransactionalProducer(self.root, self.tid, coordinator=endpoint,
+                                      transaction_timeout_ms=self.args.txn_timeout_ms)
+            p.client = CoordinatorClient(endpoint, timeout=self.args.rpc_timeout,
+                                         retry_for=self.args.rpc_retry)
+            t0 = time.time()
+            try:
+                p.init_transactions()
+            except BaseException as exc:
+                self.hist.write("info", what="init", outcome=classify(exc), error=err(exc),
+                                t0=t0)
+                raise
+            self.producer = p
+        return self.producer
+
+    def drop_producer(self) -> None:
+        self.producer = None  # the next init fences it and aborts what it left
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.args.duration
+        n = 0
+        while n < self.args.txns and time.monotonic() < deadline:
+            try:
+                producer = self.ensure_producer()
+            except Exception:
+                time.sleep(0.2)
+                continue
+            self.one_txn(producer, f"{self.proc}:{n}")
+            n += 1
+        self.hist.close()
+
+    def one_txn(self, producer: TransactionalProducer, txn: str) -> None:
+        rng = self.rng
+        parts = rng.sample(partitions(), rng.randint(1, 4))
+        abort = rng.random() < self.args.abort_p
+        t0 = time.time()
+        stage = "send"
+        try:
+            producer.begin_transaction()
+            half = max(1, len(parts) // 2)
+            for i, (topic, p) in enumerate(parts):
+                for _ in range(rng.randint(1, 3)):
+                    value = self.next_value()
+                    key = f"k{rng.randrange(4)}"
+                    # recorded before it is sent: a SIGKILL must not leave unknown values
+                    self.hist.write("send", txn=txn, topic=topic, partition=p, key=key,
+                                    value=value, t0=time.time())
+                    producer.send(topic, str(value).encode(), key=key.encode(), partition=p)
+                if i + 1 == half and (abort or rng.random() < 0.5):
+                    producer.flush()  # data in the log before the outcome is decided
+                    if self.args.zombie_p and rng.random() < self.args.zombie_p:
+                        self.hist.write("info", what="zombie-pause", txn=txn)
+                        os.kill(os.getpid(), signal.SIGSTOP)  # the harness resumes us
+                        self.hist.write("info", what="zombie-resume", txn=txn)
+            stage = "abort" if abort else "commit"
+            if abort:
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+            self.hist.write(stage, txn=txn, outcome="ok", t0=t0)
+        except Exception as exc:
+            outcome = classify(exc)
+            if stage == "abort" and outcome == "fail":
+                outcome = "unknown"  # a refused abort says nothing about the data
+            self.hist.write("commit" if stage == "send" else stage, txn=txn,
+                            outcome=outcome, error=err(exc), t0=t0, stage=stage)
+            if not isinstance(exc, cerr.ProducerFencedError) and stage != "abort":
+                # Kafka's advice after a non-fatal error: abort, then go on
+                t1 = time.time()
+                try:
+                    producer.abort_transaction()
+                    self.hist.write("abort", txn=txn, outcome="ok", t0=t1)
+                except Exception as exc2:
+                    self.hist.write("abort", txn=txn, outcome="unknown", error=err(exc2), t0=t1)
+            self.drop_producer()
+
+
+# ================================================================== consumer
+def poll_op(c: Consumer, max_records: int) -> dict[str, Any]:
+    """One poll of an incremental consumer, with what it covered and the snapshot it used."""
+    before = {tp: c.position(tp) for tp in c.assignment()}
+    t0 = time.time()
+    try:
+        out = c.poll_arrow(0.0, max_records)
+        outcome, error = "ok", None
+    except Exception as exc:
+        out, outcome, error = {}, "fail", err(exc)
+    return _read_op(c, before, out, t0, outcome, error)
+
+
+def _read_op(c: Consumer, before: dict[Any, int], out: dict[Any, list[Any]], t0: float,
+             outcome: str, error: str | None) -> dict[str, Any]:
+    snap = c._snapshot
+    reads: dict[str, list[list[int]]] = {}
+    for tp, batches in out.items():
+        rows = reads.setdefault(tp_key(tp.topic, tp.partition), [])
+        for b in batches:
+            rows.extend([o, int(v)] for o, v in zip(b.column("offset").to_pylist(),
+                                                    b.column("value").to_pylist(),
+                                                    strict=True))
+    return {"isolation": c.isolation_level, "t0": t0, "outcome": outcome, "error": error,
+            "snapshot": list(snap.key) if snap else None,
+            "bounds": {tp_key(tp.topic, tp.partition): list(snap.offsets(tp.topic, tp.partition))
+                       for tp in c.assignment()} if snap else {},
+            "ranges": {tp_key(tp.topic, tp.partition): [before[tp], c.position(tp)]
+                       for tp in c.assignment()},
+            "reads": reads}
+
+
+def scan_op(root: str, isolation: str) -> dict[str, Any]:
+    """Every partition from its start up to one snapshot's bound (a fresh consumer)."""
+    t0 = time.time()
+    c = Consumer(root, list(TOPICS), isolation_level=isolation)  # type: ignore[arg-type]
+    before = {tp: c.position(tp) for tp in c.assignment()}
+    out: dict[Any, list[Any]] = {}
+    for tp, batch in c.iter_batches():
+        out.setdefault(tp, []).append(batch)
+    return _read_op(c, before, out, t0, "ok", None)
+
+
+def run_consumer(args: argparse.Namespace) -> None:
+    proc = f"c{args.worker}"
+    hist = HistoryWriter(Path(args.history) / f"{proc}.jsonl", proc)
+    deadline = time.monotonic() + args.duration
+    consumers: dict[str, Consumer] = {}
+    n = 0
+    try:
+        while n < args.polls and time.monotonic() < deadline:
+            n += 1
+            for iso in ("read_committed", "read_uncommitted"):
+                name = f"{proc}-{iso[5:]}"
+                try:
+                    if name not in consumers:
+                        consumers[name] = Consumer(args.root, list(TOPICS),
+                                                   isolation_level=iso)  # type: ignore[arg-type]
+                    op = poll_op(consumers[name], args.max_records)
+                    hist.write("poll", proc=name, mode="poll", **op)
+                except Exception as exc:
+                    hist.write("poll", proc=name, mode="poll", outcome="fail", error=err(exc))
+            if n % args.scan_every == 0:
+                try:
+                    hist.write("poll", proc=f"{proc}-scan", mode="scan",
+                               **scan_op(args.root, "read_committed"))
+                except Exception as exc:
+                    hist.write("poll", proc=f"{proc}-scan", mode="scan", outcome="fail",
+                               error=err(exc))
+            time.sleep(args.interval)
+    finally:
+        hist.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="chaos.workload")
+    ap.add_argument("role", choices=["producer", "consumer"])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--history", required=True, help="directory for <proc>.jsonl")
+    ap.add_argument("--worker", type=int, required=True)
+    ap.add_argument("--run", default="run")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--duration", type=float, default=30.0)
+    ap.add_argument("--txns", type=int, default=100)
+    ap.add_argument("--abort-p", type=float, default=0.15)
+    ap.add_argument("--zombie-p", type=float, default=0.0)
+    ap.add_argument("--txn-timeout-ms", type=int, default=3000)
+    ap.add_argument("--rpc-timeout", type=float, default=10.0)
+    ap.add_argument("--rpc-retry", type=float, default=2.0)
+    ap.add_argument("--polls", type=int, default=10_000)
+    ap.add_argument("--max-records", type=int, default=40)
+    ap.add_argument("--scan-every", type=int, default=10)
+    ap.add_argument("--interval", type=float, default=0.05)
+    args = ap.parse_args(argv)
+    if args.role == "producer":
+        ProducerWorker(args).run()
+    else:
+        run_consumer(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
