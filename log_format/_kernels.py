@@ -9,6 +9,7 @@ status code and the byte position of the fault, and the Python callers raise typ
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -197,24 +198,6 @@ def scan(buf, out, fill, max_batch_length):
     return OK, pos, count
 
 
-@njit(cache=True, nogil=True)
-def _grow_i32(a, need):
-    if need <= a.shape[0]:
-        return a
-    b = np.empty(max(need, 2 * a.shape[0]), np.int32)
-    b[: a.shape[0]] = a
-    return b
-
-
-@njit(cache=True, nogil=True)
-def _grow_u8(a, need):
-    if need <= a.shape[0]:
-        return a
-    b = np.empty(max(need, 2 * a.shape[0]), np.uint8)
-    b[: a.shape[0]] = a
-    return b
-
-
 @intrinsic
 def memcpy(typingctx, dst, dpos, src, spos, n):
     """``dst[dpos:dpos+n] = src[spos:spos+n]`` as an inlined llvm.memcpy (callers check bounds).
@@ -234,51 +217,82 @@ def memcpy(typingctx, dst, dpos, src, spos, n):
     return sig, codegen
 
 
+@intrinsic
+def prefetch(typingctx, arr, idx):
+    """Hint the CPU to load the cache line of ``arr[idx]`` (never faults; callers stay in bounds).
+
+    The record walk is a chain of dependent loads (each record's length gives the next
+    record's position) that the hardware prefetcher does not run far enough ahead of:
+    prefetching ~1 KiB ahead cuts the walk over DRAM-resident batches by more than half.
+    """
+    sig = types.void(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), i8p)
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        # read, high temporal locality, data cache
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+PREFETCH_AHEAD = 1024  # bytes; ~8 records of 126 B, enough to cover DRAM latency
+
+
 @njit(cache=True, nogil=True)
 def _copy(dst, dpos, src, spos, n):
     if n > 0:
         memcpy(dst, dpos, src, spos, n)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _varint_fast(buf, pos, end):
+    """read_varint with the one-byte case inline (lengths and deltas of small records)."""
+    if pos < end:
+        b = np.int64(buf[pos])
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    return read_varint(buf, pos, end)
+
+
 @njit(cache=True, nogil=True)
 def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_append, counts,
-                   start_offset, end_offset, want_headers, n_cap, data_cap):
+                   start_offset, end_offset, want_headers, key_off, key_data, key_valid,
+                   val_off, val_data, val_valid, offsets, stamps, ts_types, list_off,
+                   list_valid, header_pos):
     """Walk the records of the given batch regions into Arrow-ready column buffers.
 
     ``reg_start/reg_end`` bound each batch's record bytes in ``buf`` (the input itself, or
     decompressed payloads). Records outside [start_offset, end_offset) are validated but not
-    emitted. Returns (status, batch index, error position, rows, column buffers...).
+    emitted. The caller allocates the outputs (numpy maps big arrays with huge pages: first
+    touch costs a third of numba's 4 KiB pages); ``*_valid`` get one byte per row.
+    Headers are validated here; with ``want_headers`` each kept row's first header position
+    goes to ``header_pos`` and ``gather_headers`` copies them out once their sizes are known
+    (no array is ever reassigned in this loop: that alone made it 3x slower).
+    Returns (status, batch index, error position, rows, key bytes, value bytes, key nulls,
+    value nulls, headers, header key bytes, header value bytes).
     """
     nb = reg_start.shape[0]
-    bm = (n_cap + 8) // 8
-    key_off = np.empty(n_cap + 1, np.int32)
-    val_off = np.empty(n_cap + 1, np.int32)
-    key_data = np.empty(data_cap, np.uint8)
-    val_data = np.empty(data_cap, np.uint8)
-    key_valid = np.zeros(bm, np.uint8)
-    val_valid = np.zeros(bm, np.uint8)
-    offsets = np.empty(n_cap, np.int64)
-    stamps = np.empty(n_cap, np.int64)
-    ts_types = np.empty(n_cap, np.int32)
-    hcap = 64 if want_headers else 1
-    list_off = np.empty(n_cap + 1 if want_headers else 1, np.int32)
-    list_valid = np.zeros(bm if want_headers else 1, np.uint8)
-    hk_off = np.empty(hcap + 1, np.int32)
-    hv_off = np.empty(hcap + 1, np.int32)
-    hv_valid = np.zeros((hcap + 8) // 8, np.uint8)
-    hk_data = np.empty(hcap * 8, np.uint8)
-    hv_data = np.empty(hcap * 8, np.uint8)
+    n_cap = offsets.shape[0]
+    kcap = key_data.shape[0]
+    vcap = val_data.shape[0]
     key_off[0] = 0
     val_off[0] = 0
-    list_off[0] = 0
-    hk_off[0] = 0
-    hv_off[0] = 0
+    if want_headers:
+        list_off[0] = 0
     n = 0
     kpos = 0
     vpos = 0
+    knulls = 0
+    vnulls = 0
     nh = 0
-    hkpos = 0
-    hvpos = 0
+    hkbytes = 0
+    hvbytes = 0
     status = OK
     eb = -1
     epos = -1
@@ -286,9 +300,11 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
         pos = reg_start[b]
         end = reg_end[b]
         bo = base_offset[b]
-        bts = base_ts[b]
         lat = log_append[b] != 0
-        mts = max_ts[b]
+        ts_type = np.int32(1 if lat else 0)
+        # LogAppendTime: every record gets the batch's max timestamp
+        ts_base = max_ts[b] if lat else base_ts[b]
+        ts_scale = 0 if lat else 1
         rec = pos
         if pos < 0 or end > buf.shape[0] or pos > end:
             status = E_TRUNCATED
@@ -300,7 +316,10 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
             if pos >= end:
                 status = E_COUNT
                 break
-            length, pos = read_varint(buf, pos, end)
+            if pos + PREFETCH_AHEAD + 64 < end:
+                prefetch(buf, pos + PREFETCH_AHEAD)
+                prefetch(buf, pos + PREFETCH_AHEAD + 64)
+            length, pos = _varint_fast(buf, pos, end)
             if pos < 0:
                 status = _varint_status(pos)
                 break
@@ -319,11 +338,11 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
             if pos < 0:
                 status = _varint_status(pos)
                 break
-            od, pos = read_varint(buf, pos, rec_end)
+            od, pos = _varint_fast(buf, pos, rec_end)
             if pos < 0:
                 status = _varint_status(pos)
                 break
-            klen, pos = read_varint(buf, pos, rec_end)
+            klen, pos = _varint_fast(buf, pos, rec_end)
             if pos < 0:
                 status = _varint_status(pos)
                 break
@@ -333,7 +352,7 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
             kstart = pos
             if klen > 0:
                 pos += klen
-            vlen, pos = read_varint(buf, pos, rec_end)
+            vlen, pos = _varint_fast(buf, pos, rec_end)
             if pos < 0:
                 status = _varint_status(pos)
                 break
@@ -343,35 +362,18 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
             vstart = pos
             if vlen > 0:
                 pos += vlen
-            hcount, pos = read_varint(buf, pos, rec_end)
+            hcount, pos = _varint_fast(buf, pos, rec_end)
             if pos < 0:
                 status = _varint_status(pos)
                 break
             if hcount < 0:
                 status = E_HEADER_COUNT
                 break
-            offset = bo + od
-            keep = offset >= start_offset and offset < end_offset
-            if keep:
-                if n >= n_cap or kpos + klen > data_cap or vpos + vlen > data_cap:
-                    status = E_CAPACITY
-                    break
-                bit = np.uint8(1 << (n & 7))
-                if klen >= 0:
-                    _copy(key_data, kpos, buf, kstart, klen)
-                    kpos += klen
-                    key_valid[n >> 3] |= bit
-                if vlen >= 0:
-                    _copy(val_data, vpos, buf, vstart, vlen)
-                    vpos += vlen
-                    val_valid[n >> 3] |= bit
-                key_off[n + 1] = kpos
-                val_off[n + 1] = vpos
-                offsets[n] = offset
-                stamps[n] = (mts if lat else bts + tsd) * 1000
-                ts_types[n] = 1 if lat else 0
+            hstart = pos
+            rec_hk = 0
+            rec_hv = 0
             for _h in range(hcount):
-                hklen, pos = read_varint(buf, pos, rec_end)
+                hklen, pos = _varint_fast(buf, pos, rec_end)
                 if pos < 0:
                     status = _varint_status(pos)
                     break
@@ -381,46 +383,50 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
                 if hklen > rec_end - pos:
                     status = E_FIELD_LENGTH
                     break
-                hkstart = pos
                 pos += hklen
-                hvlen, pos = read_varint(buf, pos, rec_end)
+                hvlen, pos = _varint_fast(buf, pos, rec_end)
                 if pos < 0:
                     status = _varint_status(pos)
                     break
                 if hvlen < -1 or hvlen > rec_end - pos:
                     status = E_FIELD_LENGTH
                     break
-                hvstart = pos
                 if hvlen > 0:
                     pos += hvlen
-                if keep and want_headers:
-                    hk_off = _grow_i32(hk_off, nh + 2)
-                    hv_off = _grow_i32(hv_off, nh + 2)
-                    if hv_valid.shape[0] <= (nh >> 3):
-                        grown = np.zeros(2 * hv_valid.shape[0] + 1, np.uint8)
-                        grown[: hv_valid.shape[0]] = hv_valid
-                        hv_valid = grown
-                    hk_data = _grow_u8(hk_data, hkpos + hklen)
-                    _copy(hk_data, hkpos, buf, hkstart, hklen)
-                    hkpos += hklen
-                    if hvlen >= 0:
-                        hv_data = _grow_u8(hv_data, hvpos + hvlen)
-                        _copy(hv_data, hvpos, buf, hvstart, hvlen)
-                        hvpos += hvlen
-                        hv_valid[nh >> 3] |= np.uint8(1 << (nh & 7))
-                    nh += 1
-                    hk_off[nh] = hkpos
-                    hv_off[nh] = hvpos
+                    rec_hv += hvlen
+                rec_hk += hklen
             if status != OK:
                 break
             if pos != rec_end:
                 status = E_SIZE_MISMATCH
                 break
-            if keep:
+            offset = bo + od
+            if offset >= start_offset and offset < end_offset:
+                if n >= n_cap or kpos + klen > kcap or vpos + vlen > vcap:
+                    status = E_CAPACITY
+                    break
+                if klen > 0:
+                    memcpy(key_data, kpos, buf, kstart, klen)
+                    kpos += klen
+                if vlen > 0:
+                    memcpy(val_data, vpos, buf, vstart, vlen)
+                    vpos += vlen
+                key_valid[n] = klen >= 0
+                val_valid[n] = vlen >= 0
+                knulls += klen < 0
+                vnulls += vlen < 0
+                key_off[n + 1] = kpos
+                val_off[n + 1] = vpos
+                offsets[n] = offset
+                stamps[n] = (ts_base + ts_scale * tsd) * 1000
+                ts_types[n] = ts_type
                 if want_headers:
+                    nh += hcount
+                    hkbytes += rec_hk
+                    hvbytes += rec_hv
                     list_off[n + 1] = nh
-                    if hcount > 0:
-                        list_valid[n >> 3] |= np.uint8(1 << (n & 7))
+                    list_valid[n] = hcount > 0
+                    header_pos[n] = hstart
                 n += 1
         if status != OK:
             eb = b
@@ -431,6 +437,45 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
             eb = b
             epos = pos
             break
-    return (status, eb, epos, n, kpos, vpos, key_off, key_data, key_valid, val_off, val_data,
-            val_valid, offsets, stamps, ts_types, nh, hkpos, hvpos, list_off, list_valid,
-            hk_off, hk_data, hv_off, hv_data, hv_valid)
+    return status, eb, epos, n, kpos, vpos, knulls, vnulls, nh, hkbytes, hvbytes
+
+
+@njit(cache=True, nogil=True)
+def gather_headers(buf, header_pos, list_off, n, hk_off, hk_data, hv_off, hv_data, hv_valid):
+    """Copy the headers of rows [0, n) (validated by decode_records) into Arrow buffers.
+
+    Sizes come from decode_records, so nothing grows; reads and writes are still checked.
+    Returns (status, header values that are null).
+    """
+    size = buf.shape[0]
+    nh = hk_off.shape[0] - 1
+    hkpos = 0
+    hvpos = 0
+    h = 0
+    nulls = 0
+    hk_off[0] = 0
+    hv_off[0] = 0
+    for i in range(n):
+        pos = header_pos[i]
+        for _ in range(list_off[i + 1] - list_off[i]):
+            if h >= nh:
+                return E_CAPACITY, nulls
+            hklen, pos = read_varint(buf, pos, size)
+            if pos < 0 or hklen < 0 or hklen > size - pos or hkpos + hklen > hk_data.shape[0]:
+                return E_CAPACITY, nulls
+            _copy(hk_data, hkpos, buf, pos, hklen)
+            pos += hklen
+            hkpos += hklen
+            hvlen, pos = read_varint(buf, pos, size)
+            if pos < 0 or hvlen < -1 or hvlen > size - pos or hvpos + hvlen > hv_data.shape[0]:
+                return E_CAPACITY, nulls
+            if hvlen >= 0:
+                _copy(hv_data, hvpos, buf, pos, hvlen)
+                pos += hvlen
+                hvpos += hvlen
+            hv_valid[h] = hvlen >= 0
+            nulls += hvlen < 0
+            h += 1
+            hk_off[h] = hkpos
+            hv_off[h] = hvpos
+    return (OK if h == nh else E_CAPACITY), nulls
