@@ -75,6 +75,10 @@ class Proxy:
                 self.stats["500"] += 1  # the request took effect; the client is told no
                 return web.Response(status=500, body=INTERNAL, content_type="application/xml")
             out = {k: v for k, v in up.headers.items() if k.lower() not in HOP}
+            if request.method == "HEAD":  # no body, but the object's size must get through
+                out["Content-Length"] = up.headers.get("Content-Length", "0")
+                resp = web.Response(status=up.status, headers=out)
+                return resp
             return web.Response(status=up.status, body=data, headers=out)
 
 
