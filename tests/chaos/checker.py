@@ -295,9 +295,17 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
             else:
                 missing = []
             if missing:
+                # the signature of one known cause: the rest exists, but at or above this
+                # read's LSO in its partition (held back by another open transaction)
+                hidden = bool(bounds) and all(
+                    (loc := where.get(v)) is not None
+                    and loc[1] >= bounds.get(loc[0], (0, 0))[1] for v in missing)
+                if hidden:
+                    res.stats["torn_above_lso"] = res.stats.get("torn_above_lso", 0) + 1
                 res.add("torn-transaction", proc=op["proc"], mode=op.get("mode"), txn=tid,
                         status=txn.status, seen=sorted(vals)[:10], missing=missing[:10],
-                        snapshot=op.get("snapshot"))
+                        snapshot=op.get("snapshot"),
+                        cause="held back by the LSO" if hidden else "missing")
 
 
 def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn]) -> None:

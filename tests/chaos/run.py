@@ -82,6 +82,7 @@ class Outcome:
     committed_records: int = 0
     anomalies: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[Any]] = field(default_factory=dict)
+    torn_above_lso: int = 0  # torn transactions with the known LSO signature (see checker)
     faults_injected: int = 0
     seconds: float = 0.0
     history: str = ""
@@ -512,8 +513,11 @@ class Scenario:
         res = checker.check(ops)
         (self.dir / "check.txt").write_text(res.summary() + "\n")
         out.anomalies = res.counts
+        if not res.stats.get("committed"):
+            out.error = "no transaction committed: the run proves nothing (see the worker logs)"
         out.examples = res.anomalies
-        for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records"):
+        for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records",
+                  "torn_above_lso"):
             setattr(out, k, res.stats.get(k, 0))
 
     def final_read(self) -> None:

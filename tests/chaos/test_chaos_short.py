@@ -1,0 +1,57 @@
+"""The short chaos profile as pytest tests: one fault class per test, every anomaly fails it.
+
+The default suite runs the classes that matter most in a few minutes; the rest are marked
+slow. Torn transactions with the signature of the known LSO bug (test_regressions.py) are
+reported as xfail, any other anomaly fails the test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .run import PROFILES, Profile, Scenario, run_all
+
+SHORT = Profile(producers=3, txns_per_producer=25, duration=10.0)
+assert SHORT.duration <= PROFILES["short"].duration
+
+DEFAULT_FILE = ["coordinator-kill", "coordinator-faultpoints", "zombie", "two-coordinators",
+                "disk-full", "mixed"]
+SLOW_FILE = ["none", "coordinator-pause", "client-kill"]
+DEFAULT_S3 = ["s3-proxy", "s3-restart"]
+SLOW_S3 = ["coordinator-kill", "s3-pause", "zombie", "mixed"]
+
+
+def _check(fault: str, backend: str, tmp_path: Path) -> None:
+    (res,) = run_all([fault], [backend], SHORT, tmp_path, seed=7, log=print)
+    print(res)
+    assert res.error is None, res.error
+    assert res.committed > 0
+    other = {k: n for k, n in res.anomalies.items() if k != "torn-transaction"}
+    assert not other, (other, res.examples, res.history)
+    torn = res.anomalies.get("torn-transaction", 0)
+    if torn:
+        assert torn == res.torn_above_lso, (res.examples["torn-transaction"], res.history)
+        pytest.xfail(f"{torn} torn transactions held back by the LSO in one partition (the "
+                     "known bug of test_regressions.py)")
+
+
+@pytest.mark.parametrize("fault", [*DEFAULT_FILE,
+                                   *(pytest.param(f, marks=pytest.mark.slow) for f in SLOW_FILE)])
+def test_chaos_file(fault: str, tmp_path: Path) -> None:
+    _check(fault, "file", tmp_path)
+
+
+@pytest.mark.parametrize("fault", [*DEFAULT_S3,
+                                   *(pytest.param(f, marks=pytest.mark.slow) for f in SLOW_S3)])
+def test_chaos_s3(fault: str, tmp_path: Path) -> None:
+    _check(fault, "s3", tmp_path)
+
+
+def test_scenario_classes_are_known() -> None:
+    from .run import FILE_FAULTS, S3_FAULTS
+
+    assert set(DEFAULT_FILE + SLOW_FILE) <= set(FILE_FAULTS)
+    assert set(DEFAULT_S3 + SLOW_S3) <= set(S3_FAULTS)
+    assert Scenario.__init__ is not None
