@@ -620,6 +620,22 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
     return results
 
 
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """The docs/reliability.md table from results.json entries."""
+    lines = ["| fault class | backend | transactions (committed / aborted / unknown) | records "
+             "| faults injected | anomalies | time |", "|---|---|---|---:|---:|---|---:|"]
+    for r in results:
+        anomalies = ", ".join(f"{k} {n}" for k, n in sorted(r["anomalies"].items())) or "0"
+        if r.get("torn_above_lso"):
+            anomalies += f" (torn held back by the LSO: {r['torn_above_lso']})"
+        if r.get("error"):
+            anomalies += f"; error: {r['error']}"
+        lines.append(f"| {r['fault']} | {r['backend']} | {r['txns']} ({r['committed']} / "
+                     f"{r['aborted']} / {r['unknown']}) | {r['records']} | "
+                     f"{r['faults_injected']} | {anomalies} | {r['seconds']:.0f} s |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -632,7 +648,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--txns", type=int, default=None, help="override txns per producer")
     ap.add_argument("--duration", type=float, default=None, help="override seconds")
+    ap.add_argument("--table", type=Path, default=None,
+                    help="print the markdown table of a results.json and exit")
     args = ap.parse_args(argv)
+    if args.table is not None:
+        print(markdown_table(json.loads(args.table.read_text())))
+        return 0
     profile = PROFILES["long" if args.long else args.profile]
     if args.txns or args.duration:
         profile = Profile(profile.producers, args.txns or profile.txns_per_producer,
