@@ -57,14 +57,16 @@ def _txn_writer_proc(endpoint: str, root: str, topic: str, parts: int, threads: 
     results: list[tuple[float, float]] = []  # (end wall time, EndTxn latency ms)
     puts = [0]
     lock = threading.Lock()
-    ready = threading.Barrier(threads + 1)
+    inited = threading.Barrier(threads + 1)
+    go = threading.Barrier(threads + 1)
 
     def run(i: int) -> None:
         c = CoordinatorClient(endpoint)
         tid = f"bench-{os.getpid()}-{i}"
         pid, ep = c.init_producer_id(tid)
         value = b"x" * 100
-        ready.wait()
+        inited.wait()
+        go.wait()
         stop = start.value + seconds
         local: list[tuple[float, float]] = []
         n_puts = 0
@@ -98,8 +100,10 @@ def _txn_writer_proc(endpoint: str, root: str, topic: str, parts: int, threads: 
     workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for w in workers:
         w.start()
-    ready.wait()  # every producer id is initialised
-    barrier.wait()  # ... in every process; the parent then sets start.value
+    inited.wait()
+    barrier.wait()  # every producer id of every process is initialised ...
+    barrier.wait()  # ... and the parent has set start.value: go
+    go.wait()
     cpu0 = _self_cpu()
     for w in workers:
         w.join()
@@ -154,12 +158,13 @@ def txnlog_run(root: str, parts: int, procs: int, threads: int, seconds: float
                                       barrier, start, out)) for _ in range(procs)]
         for ch in children:
             ch.start()
+        barrier.wait(timeout=600)  # every writer is ready (processes started, ids inited)
         before = _metrics(proc.endpoint)
         load0 = os.getloadavg()[0]
-        start.value = time.time() + 0.05  # read by the writers once the barrier opens
+        start.value = time.time() + 0.05
         t0 = start.value
         coord_cpu0 = _proc_cpu(proc.pid)
-        barrier.wait(timeout=300)
+        barrier.wait(timeout=60)  # go
         reports = [out.get(timeout=seconds + 300) for _ in children]
         for ch in children:
             ch.join()
@@ -234,7 +239,8 @@ def _delta_writer_proc(uri: str, parts: int, threads: int, seconds: float,
         with lock:
             results.extend(local)
 
-    barrier.wait()
+    barrier.wait()  # ready (imports done)
+    barrier.wait()  # start.value is set
     cpu0 = _self_cpu()
     workers = [threading.Thread(target=run) for _ in range(threads)]
     for w in workers:
@@ -273,10 +279,11 @@ def delta_run(uri: str, parts: int, procs: int, threads: int, seconds: float,
                 for _ in range(procs)]
     for ch in children:
         ch.start()
+    barrier.wait(timeout=600)
     load0 = os.getloadavg()[0]
     start.value = time.time()
-    barrier.wait(timeout=300)
     t0 = start.value
+    barrier.wait(timeout=60)
     reports = [out.get(timeout=seconds + 300) for _ in children]
     for ch in children:
         ch.join()
