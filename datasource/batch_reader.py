@@ -82,7 +82,10 @@ class TxnlogBatchReader(DataSourceReader):
 
         from .projection import project
 
-        assert isinstance(partition, TxnlogInputPartition)
+        if not isinstance(partition, TxnlogInputPartition):
+            # PySpark turns an empty partitions() list (nothing to read, or every range
+            # pruned by pushed filters) into one InputPartition(None): an empty result.
+            return
         r = partition.range
         target = arrow_schema(self.schema)
         storage = Storage.for_url(self.opts.root, self.opts.storage_options)
