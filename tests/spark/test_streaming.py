@@ -1,0 +1,160 @@
+"""readStream/writeStream.format("txnlog") in the shared Spark session: source offsets,
+admission control, AvailableNow, new topics, read_committed; sink exactly-once and replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from coordinator_proc import CoordinatorProc
+from stream_helpers import check_exactly_once, end_offsets, produce_keyed, read_values
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.datasource.stream_offsets import decode
+from txnlog.datasource.stream_reader import rate_limit
+
+
+@pytest.fixture
+def coord(file_root: str) -> Iterator[CoordinatorProc]:
+    proc = CoordinatorProc(file_root)
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _offsets_log(ckpt: Path) -> list[dict]:
+    """Our source's end offsets of every batch, from Spark's offset log."""
+    out = []
+    for name in sorted((n for n in os.listdir(ckpt / "offsets") if n.isdigit()), key=int):
+        lines = (ckpt / "offsets" / name).read_text().splitlines()
+        out.append(json.loads(lines[2]))
+    return out
+
+
+def _wait(cond, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord, tmp_path
+                                                   ) -> None:
+    client = coord.client()
+    client.create_topic("in", 3)
+    produce_keyed(file_root, coord.endpoint, "in", keys=7, per_key=9, txns=3)
+    ends = end_offsets(file_root, "in")
+    ckpt = tmp_path / "ckpt"
+    df = (spark.readStream.format("txnlog").option("subscribe", "in")
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "17")
+          .option("coordinator", coord.endpoint).load(file_root))
+    got: list[bytes] = []
+
+    def collect(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        got.extend(bytes(r.value) for r in batch.select("value").collect())
+
+    q = (df.writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    # The batch boundaries are exactly Spark's Kafka proration of 17 offsets per batch.
+    want, cur = [], {tp: 0 for tp in ends}
+    while cur != ends:
+        cur = rate_limit(cur, ends, 17)
+        want.append(dict(cur))
+    assert [decode(o) for o in _offsets_log(ckpt)] == want
+    assert len(want) > 3
+    assert len(got) == 63 and len(set(got)) == 63
+    got.clear()
+
+    # More input: the same checkpoint continues exactly where it stopped.
+    produce_keyed(file_root, coord.endpoint, "in", keys=7, per_key=1, txns=1,
+                  start={f"k{i}": 9 for i in range(7)})
+    q = (df.writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert decode(_offsets_log(ckpt)[-1]) == end_offsets(file_root, "in")
+    assert sorted(got) == sorted(f"k{i}:9".encode() for i in range(7))
+
+
+def test_latest_new_topics_and_read_committed(spark, file_root: str, coord) -> None:
+    client = coord.client()
+    client.create_topic("pa", 2)
+    produce_keyed(file_root, coord.endpoint, "pa", keys=4, per_key=3, txns=2)
+    q = (spark.readStream.format("txnlog").option("subscribePattern", "p.*")
+         .option("coordinator", coord.endpoint).load(file_root)
+         .writeStream.format("memory").queryName("latest").trigger(processingTime="300 milliseconds")
+         .start())
+    try:
+        _wait(lambda: q.lastProgress is not None, "the first trigger")
+        rows = lambda: spark.sql("select topic, value from latest").collect()  # noqa: E731
+        assert rows() == []  # startingOffsets defaults to latest for streams
+        # New records, with aborted transactions between them, and a new topic with old data.
+        produce_keyed(file_root, coord.endpoint, "pa", keys=4, per_key=2, txns=2,
+                      start={f"k{i}": 3 for i in range(4)}, aborted_every=1, tid="g1")
+        client.create_topic("pb", 3)
+        produce_keyed(file_root, coord.endpoint, "pb", keys=5, per_key=2, txns=1,
+                      aborted_every=1, tid="g2")
+        _wait(lambda: len(rows()) >= 18, "the new records")
+        time.sleep(1.5)  # a few more triggers: nothing else may show up
+        got = sorted((r.topic, bytes(r.value)) for r in rows())
+    finally:
+        q.stop()
+    want = sorted([("pa", f"k{i}:{s}".encode()) for i in range(4) for s in (3, 4)]
+                  + [("pb", f"k{i}:{s}".encode()) for i in range(5) for s in (0, 1)])
+    assert got == want  # no ABORTED record, no record from before the start
+    # read_uncommitted does see the aborted records.
+    unc = (spark.read.format("txnlog").option("subscribe", "pa")
+           .option("isolation.level", "read_uncommitted").load(file_root)
+           .where("CAST(value AS STRING) = 'ABORTED'").count())
+    assert unc == 9  # aborted transactions of 5 and 4 records
+
+
+def _pipeline(spark, root: str, endpoint: str, ckpt: Path, group: str) -> None:  # type: ignore[no-untyped-def]
+    q = (spark.readStream.format("txnlog").option("subscribe", "in")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "25")
+         .option("groupId", group).option("coordinator", endpoint).load(root)
+         .selectExpr("key", "concat(CAST('out:' AS BINARY), value) AS value")
+         .writeStream.format("txnlog").option("topic", "out").option("coordinator", endpoint)
+         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start(root))
+    q.awaitTermination()
+
+
+def test_sink_exactly_once_group_offsets_and_replay(spark, file_root: str, coord, tmp_path
+                                                   ) -> None:
+    client: CoordinatorClient = coord.client()
+    client.create_topic("in", 3)
+    expected = produce_keyed(file_root, coord.endpoint, "in", keys=6, per_key=10, txns=4,
+                             aborted_every=2)
+    ckpt = tmp_path / "ckpt"
+    _pipeline(spark, file_root, coord.endpoint, ckpt, "g-sink")
+    assert check_exactly_once(file_root, "out", expected) == 60
+    # The group's offsets were committed inside the sink's transactions: already at the end.
+    assert client.committed_offsets("g-sink") == end_offsets(file_root, "in")
+    query_id = json.loads((ckpt / "metadata").read_text())["id"]
+    batches = len([n for n in os.listdir(ckpt / "commits") if n.isdigit()])
+    state = client.describe_txn(f"txnlog-sink-{query_id}")
+    assert state["last_committed_batch"] == batches - 1
+
+    # Spark dies after the sink committed the last batch but before commits/<id>: a restart
+    # replays the batch; the sink must write nothing and report success.
+    last = batches - 1
+    (ckpt / "commits" / str(last)).unlink()
+    (ckpt / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    leo = client.describe_topic("out")["offsets"][0]["leo"]
+    _pipeline(spark, file_root, coord.endpoint, ckpt, "g-sink")
+    assert (ckpt / "commits" / str(last)).exists()
+    assert client.describe_topic("out")["offsets"][0]["leo"] == leo  # not even aborted data
+    assert check_exactly_once(file_root, "out", expected) == 60
+    assert len(read_values(file_root, "out", "read_uncommitted")) == 60
