@@ -94,8 +94,8 @@ def test_latest_new_topics_and_read_committed(spark, file_root: str, coord) -> N
     produce_keyed(file_root, coord.endpoint, "pa", keys=4, per_key=3, txns=2)
     q = (spark.readStream.format("txnlog").option("subscribePattern", "p.*")
          .option("coordinator", coord.endpoint).load(file_root)
-         .writeStream.format("memory").queryName("latest").trigger(processingTime="300 milliseconds")
-         .start())
+         .writeStream.format("memory").queryName("latest")
+         .trigger(processingTime="300 milliseconds").start())
     try:
         _wait(lambda: q.lastProgress is not None, "the first trigger")
         rows = lambda: spark.sql("select topic, value from latest").collect()  # noqa: E731
