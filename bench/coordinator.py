@@ -310,7 +310,8 @@ def _median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median of every numeric field over repeated runs (txn/s picks the run shown)."""
     out = dict(rows[0])
     for key, value in rows[0].items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float) and not isinstance(value, bool) \
+                and key not in ("partitions", "writers"):
             out[key] = statistics.median(r[key] for r in rows)
     out["txn_per_s_runs"] = [round(r["txn_per_s"], 1) for r in rows]
     out["load"] = [r["load"] for r in rows]
