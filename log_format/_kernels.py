@@ -46,7 +46,7 @@ SCAN_COLUMNS = ("position", "size", "base_offset", "last_offset_delta", "attribu
                 "base_sequence", "records_count", "control_type")
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _be(buf, pos, width):
     """Signed big-endian integer of ``width`` bytes at ``pos`` (caller checked bounds)."""
     v = np.int64(0)
@@ -58,7 +58,7 @@ def _be(buf, pos, width):
     return v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def read_varint(buf, pos, end):
     """Zigzag varint (int32, at most 5 bytes) -> (value, new pos); pos -1 truncated, -2 long."""
     if pos < end:
@@ -82,7 +82,7 @@ def read_varint(buf, pos, end):
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def read_varlong(buf, pos, end):
     """Zigzag varlong (int64, at most 10 bytes) -> (value, new pos); pos -1/-2 as above."""
     if pos < end:
@@ -105,12 +105,12 @@ def read_varlong(buf, pos, end):
     return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _varint_status(pos):
     return E_TRUNCATED if pos == -1 else E_VARINT
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def control_type_at(buf, pos, end):
     """Type id of the control record starting at ``pos`` -> (type, status)."""
     length, p = read_varint(buf, pos, end)
@@ -142,7 +142,7 @@ def control_type_at(buf, pos, end):
     return ctype, OK
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def scan(buf, out, fill, max_batch_length):
     """Walk batch headers; -> (status, position, count). Fills ``out`` rows when ``fill``."""
     n = buf.shape[0]
@@ -244,13 +244,13 @@ def prefetch(typingctx, arr, idx):
 PREFETCH_AHEAD = 1024  # bytes; ~8 records of 126 B, enough to cover DRAM latency
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _copy(dst, dpos, src, spos, n):
     if n > 0:
         memcpy(dst, dpos, src, spos, n)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _varint_fast(buf, pos, end):
     """read_varint with the one-byte case inline (lengths and deltas of small records)."""
     if pos < end:
@@ -260,7 +260,7 @@ def _varint_fast(buf, pos, end):
     return read_varint(buf, pos, end)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_append, counts,
                    start_offset, end_offset, want_headers, key_off, key_data, key_valid,
                    val_off, val_data, val_valid, offsets, stamps, ts_types, list_off,
@@ -440,7 +440,7 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
     return status, eb, epos, n, kpos, vpos, knulls, vnulls, nh, hkbytes, hvbytes
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def gather_headers(buf, header_pos, list_off, n, hk_off, hk_data, hv_off, hv_data, hv_valid):
     """Copy the headers of rows [0, n) (validated by decode_records) into Arrow buffers.
 

@@ -1,8 +1,8 @@
 """Arrow columns of one partition -> Kafka v2 batches, byte for byte what Kafka's producer builds.
 
-Every length is known up front, so records are sized and split into batches by one compiled
-pass and written by another (_encode_kernels); Python only compresses and checksums per
-batch. Batches carry baseOffset 0: the coordinator assigns offsets later and
+Every length is known up front, so one compiled pass (_encode_kernels.encode) sizes each
+record, splits batches as Kafka's producer does and writes them; Python only compresses and
+checksums per batch. Batches carry baseOffset 0: the coordinator assigns offsets later and
 ``EncodedRecords.with_base_offset`` stamps them without re-encoding (baseOffset is outside the
 CRC).
 """
@@ -24,8 +24,6 @@ from .batch_header import (
     HEADER_SIZE,
     TRANSACTIONAL_FLAG,
     finish_batch,
-    increment_sequence,
-    pack_header,
 )
 from .compression import Codec, compress
 from .crc import crc32c
@@ -118,57 +116,56 @@ def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
         h_list_off, h_list_valid = _EMPTY_I64, _EMPTY_U8
         hk_off = hv_off = _EMPTY_I64
         hk_data = hv_valid = hv_data = _EMPTY_U8
-    status, row, nb, body, first, region, max_ts = E.plan(
-        v_off, v_valid, len(v_data), k_off, k_valid, len(k_data), ts, has_headers, h_list_off,
-        h_list_valid, hk_off, len(hk_data), hv_off, hv_valid, len(hv_data),
-        max(int(max_batch_bytes), 0))
+    attributes = int(codec) | (TRANSACTIONAL_FLAG if transactional else 0)
+    args = (v_off, v_valid, v_data, k_off, k_valid, k_data, ts, has_headers, h_list_off,
+            h_list_valid, hk_off, hk_data, hv_off, hv_valid, hv_data,
+            max(int(max_batch_bytes), 0), attributes, int(producer_id), int(producer_epoch),
+            int(base_sequence))
+    positions = np.empty(n + 1, np.int64)
+    firsts = np.empty(n + 1, np.int64)
+    # Written in place into an upper bound (untouched capacity is virtual memory only):
+    # a record takes at most RECORD_OVERHEAD bytes besides its data, a batch HEADER_SIZE
+    # more. Batch count: two consecutive batches hold more than max_batch_bytes - HEADER_SIZE
+    # - RECORD_OVERHEAD record bytes together, or the second one's first record would have
+    # joined the first batch.
+    data_bytes = (_span(k_off) + _span(v_off) + _span(hk_off) + _span(hv_off)
+                  + E.HEADER_OVERHEAD * (len(hk_off) - 1))
+    records_bound = data_bytes + E.RECORD_OVERHEAD * n
+    room = max(int(max_batch_bytes) - HEADER_SIZE - E.RECORD_OVERHEAD, 1)
+    batches_bound = min(n, 2 * records_bound // room + 2)
+    out = np.empty(records_bound + HEADER_SIZE * batches_bound, np.uint8)
+    status, row, nb, size = E.encode(out, positions, firsts, *args)
     if status == E.E_RECORD_TOO_LARGE:
         raise ValueError(f"record {row} is too large for a Kafka batch (int32 lengths)")
-    if status != E.OK:
+    if status == E.E_BAD_OFFSETS:
         raise ValueError(f"record {row}: Arrow offsets point outside their data buffer")
-    first, region, max_ts = first[:nb + 1], region[:nb], max_ts[:nb]
-    counts = np.diff(first).astype(np.int32)
-    attributes = int(codec) | (TRANSACTIONAL_FLAG if transactional else 0)
-    payload_args = (first, region, max_ts, body, v_off, v_valid, v_data, k_off, k_valid, k_data,
-                    ts, has_headers, h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid,
-                    hv_data, attributes, int(producer_id), int(producer_epoch),
-                    int(base_sequence))
-    if codec is Codec.NONE:
-        sizes = region + HEADER_SIZE
-        positions = np.cumsum(sizes) - sizes
-        data = np.empty(int(sizes.sum()), np.uint8)
-        status = E.write(data, positions + HEADER_SIZE, positions, True, *payload_args)
-        if status != E.OK:
-            raise AssertionError(f"encode kernel status {status}")  # plan/write disagree
-        view = memoryview(data)
-        for pos, size in zip(positions.tolist(), sizes.tolist(), strict=True):
-            crc = crc32c(view[pos + ATTRIBUTES_OFFSET:pos + size])
-            struct.pack_into(">I", view, pos + CRC_OFFSET, crc)
-        return EncodedRecords(data, positions.astype(np.int64), counts, n)
-    rec_pos = np.cumsum(region) - region
-    scratch = np.empty(int(region.sum()), np.uint8)
-    status = E.write(scratch, rec_pos, rec_pos, False, *payload_args)
+    if status == E.E_CAPACITY:  # spans undercount only if offsets decrease (invalid Arrow)
+        raise ValueError(f"record {row}: Arrow offsets are not monotonic")
     if status != E.OK:
         raise AssertionError(f"encode kernel status {status}")
-    out = bytearray()
-    positions = np.empty(nb, np.int64)
-    sview = memoryview(scratch)
-    for b, (lo, hi, rp, size, mts) in enumerate(zip(
-            first[:-1].tolist(), first[1:].tolist(), rec_pos.tolist(), region.tolist(),
-            max_ts.tolist(), strict=True)):
-        packed = compress(codec, sview[rp:rp + size], level)
-        batch = bytearray(pack_header(
-            base_offset=0, batch_length=0, crc=0, attributes=attributes,
-            last_offset_delta=hi - lo - 1, base_timestamp=int(ts[lo]), max_timestamp=mts,
-            producer_id=int(producer_id), producer_epoch=int(producer_epoch),
-            base_sequence=(increment_sequence(int(base_sequence), lo)
-                           if base_sequence >= 0 else -1),
-            records_count=hi - lo))
-        batch += packed
+    counts = np.diff(firsts[:nb + 1]).astype(np.int32)
+    ends = positions[1:nb + 1].tolist()
+    starts = positions[:nb].tolist()
+    view = memoryview(out)
+    if codec is Codec.NONE:
+        for pos, end in zip(starts, ends, strict=True):
+            struct.pack_into(">I", view, pos + CRC_OFFSET,
+                             crc32c(view[pos + ATTRIBUTES_OFFSET:end]))
+        return EncodedRecords(out[:size], positions[:nb].copy(), counts, n)
+    data = bytearray()
+    positions_out = np.empty(nb, np.int64)
+    for b, (pos, end) in enumerate(zip(starts, ends, strict=True)):
+        positions_out[b] = len(data)
+        batch = bytearray(view[pos:pos + HEADER_SIZE])  # attributes carry the codec already
+        batch += compress(codec, view[pos + HEADER_SIZE:end], level)
         finish_batch(batch)
-        positions[b] = len(out)
-        out += batch
-    return EncodedRecords(out, positions, counts, n)
+        data += batch
+    return EncodedRecords(data, positions_out, counts, n)
+
+
+def _span(off: np.ndarray) -> int:
+    """Data bytes an offsets array spans (an upper bound on its non-null values' bytes)."""
+    return int(off[-1]) - int(off[0]) if len(off) > 1 else 0
 
 
 def _column(columns: pa.RecordBatch | pa.Table, name: str) -> pa.Array | None:
@@ -202,7 +199,7 @@ def _binary_parts(arr: pa.Array, what: str) -> tuple[np.ndarray, np.ndarray, np.
     bufs = arr.buffers()
     if n == 0 or bufs[1] is None:
         return np.zeros(n + 1, np.int64), np.zeros(n, np.uint8), _EMPTY_U8
-    off = np.frombuffer(bufs[1], dtype)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    off = np.frombuffer(bufs[1], dtype)[arr.offset:arr.offset + n + 1]  # kernels take both
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else _EMPTY_U8
     return off, _validity(arr), data
 

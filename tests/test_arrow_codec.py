@@ -550,3 +550,65 @@ def test_round_trip(records: list[tuple], codec: int, max_batch: int, transactio
                            end_offset=start + 5)
     assert part.batch.column("offset").to_pylist() == list(
         range(start, min(start + 5, base + len(records))))
+
+
+def kp_split(records: list[tuple], batch_size: int) -> bytes:
+    """kafka-python's builder filling batches of ``batch_size`` (PLE patched to Java's -1)."""
+    theirs, i = [], 0
+    while i < len(records):
+        b = KpBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                      producer_epoch=-1, base_sequence=-1, batch_size=batch_size)
+        j = i
+        while j < len(records):
+            ts, k, v, h = records[j]
+            if b.append(j - i, timestamp=ts, key=k, value=v, headers=h) is None:
+                break
+            j += 1
+        buf = bytearray(b.build())
+        buf[12:16] = b"\xff\xff\xff\xff"
+        theirs.append(bytes(buf))
+        i = j
+    return b"".join(theirs)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(record_strategy, min_size=1, max_size=60),
+       max_batch=st.integers(0, 2000))
+def test_byte_for_byte_split_property(records: list[tuple], max_batch: int) -> None:
+    """Any records, any batch size (tiny ones: a batch per record): kafka-python's bytes."""
+    ours = encode_arrow(to_arrow(records), max_batch_bytes=max_batch)
+    assert bytes(ours.data) == kp_split(records, max_batch)
+    assert len(ours) == len(ours.data)
+
+
+def test_encode_int32_and_int64_offsets_and_many_batches() -> None:
+    records = sample_records(300, seed=12)
+    rb = to_arrow(records)
+    large = rb.set_column(0, "key", rb.column("key").cast(pa.large_binary()))
+    for batch in (rb, large):
+        for size in (0, 64, 200, 1 << 20):
+            assert bytes(encode_arrow(batch, max_batch_bytes=size).data) == kp_split(
+                records, size)
+
+
+def test_encode_rejects_inconsistent_offsets() -> None:
+    data = pa.py_buffer(b"abcdef")
+    backwards = pa.Array.from_buffers(
+        pa.binary(), 3, [None, pa.py_buffer(np.array([0, 4, 2, 6], np.int32)), data])
+    with pytest.raises(ValueError, match="offsets"):
+        encode_arrow(pa.record_batch({"value": backwards}))
+
+
+@pytest.mark.parametrize("codec", [0, 4])
+def test_headers_of_a_trimmed_offset_range(codec: int) -> None:
+    """Headers of the kept rows only, across batch boundaries, null values and no headers."""
+    records = sample_records(60, seed=7)
+    data = encode_arrow(to_arrow(records), compression=codec, max_batch_bytes=800,
+                        now_ms=T0).with_base_offset(100)
+    res = decode_to_arrow(data, topic="t", partition=0, start_offset=113, end_offset=151,
+                          include_headers=True)
+    want = [None if not h else [{"key": k, "value": v} for k, v in h]
+            for _, _, _, h in records[13:51]]
+    assert res.batch.column("headers").to_pylist() == want
+    assert res.batch.column("key").to_pylist() == [r[1] for r in records[13:51]]
+    assert res.batch.column("value").to_pylist() == [r[2] for r in records[13:51]]
