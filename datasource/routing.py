@@ -24,6 +24,8 @@ from .options import InvalidOptionError
 VALUE_TYPES = (pa.binary(), pa.string(), pa.large_binary(), pa.large_string())
 RECORD_COLUMNS = ("key", "value", "headers", "timestamp")
 ALL_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
+# Up to this many partitions (one topic), rows are grouped by one scan per partition.
+SCAN_GROUPS = 64
 
 
 def check_write_schema(schema: pa.Schema | object, topic_option: str | None) -> None:
@@ -122,9 +124,13 @@ class Router:
         need = part < 0
         if need.any() and "key" in names:
             keys = batch.column(names.index("key"))
-            keyed = need & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
-            if keyed.any():
-                for code in np.unique(topic_codes[keyed]):
+            keyed = need if keys.null_count == 0 else \
+                need & ~np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
+            if len(topics) == 1 and keyed.all():  # the common case: no copy of the keys
+                part = np.asarray(partitions_for_keys(keys, int(counts[0])), dtype=np.int64)
+            elif keyed.any():
+                codes = [0] if len(topics) == 1 else np.unique(topic_codes[keyed])
+                for code in codes:
                     rows = np.flatnonzero(keyed & (topic_codes == code))
                     part[rows] = partitions_for_keys(keys.take(pa.array(rows)),
                                                      int(counts[code]))
@@ -136,11 +142,18 @@ class Router:
 
         record_cols = [c for c in RECORD_COLUMNS if c in names]
         records = batch.select(record_cols)
+        out: dict[tuple[str, int], pa.RecordBatch] = {}
+        if len(topics) == 1 and counts[0] <= SCAN_GROUPS:
+            # One pass per non-empty partition beats a sort for a few partitions.
+            sizes = np.bincount(part, minlength=int(counts[0]))
+            for p in np.flatnonzero(sizes).tolist():
+                out[(topics[0], p)] = records if sizes[p] == n_rows else \
+                    records.take(pa.array(np.flatnonzero(part == p)))
+            return out
         group = topic_codes * (1 << 32) + part
         order = np.argsort(group, kind="stable")
         sorted_groups = group[order]
         bounds = np.flatnonzero(np.diff(sorted_groups)) + 1
-        out: dict[tuple[str, int], pa.RecordBatch] = {}
         for idx in np.split(order, bounds):
             g = int(group[idx[0]])
             key = (topics[g >> 32], g & 0xFFFFFFFF)

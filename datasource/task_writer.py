@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -20,7 +20,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.errors import ProducerFencedError
 from txnlog.log_format import layout
-from txnlog.log_format.arrow_codec import encode_arrow
+from txnlog.log_format.arrow_codec import EncodedRecords, encode_arrow
 from txnlog.log_format.storage import Storage
 from txnlog.log_format.topics import UnknownTopicError, read_topic
 
@@ -31,8 +31,12 @@ from .routing import Router
 FLUSH_BYTES = 32 << 20
 # A Spark local property (sc.setLocalProperty) that overrides FLUSH_BYTES for the jobs of
 # one thread: no option needed, and tests use "1" to make a task write before its input ends.
+# A flush size given this way also makes flushes synchronous (rows are on storage before the
+# task takes its next batch), which is what tests of failures after a write rely on.
 FLUSH_BYTES_PROPERTY = "txnlog.write.flushBytes"
 _io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txnlog-put")
+# Runs each task's in-flight flush (its puts go to _io); one per concurrent task in a worker.
+_flusher = ThreadPoolExecutor(max_workers=4, thread_name_prefix="txnlog-flush")
 
 
 @dataclass
@@ -116,7 +120,8 @@ class TaskWriter:
     """Buffers routed rows and flushes them as reserved, written, confirmed segments."""
 
     def __init__(self, opts: WriteOptions, client: CoordinatorClient, member_id: int,
-                 member_epoch: int, flush_bytes: int = FLUSH_BYTES) -> None:
+                 member_epoch: int, flush_bytes: int = FLUSH_BYTES,
+                 overlap: bool = True) -> None:
         self.opts = opts
         self.flush_bytes = flush_bytes
         self.client = client
@@ -130,6 +135,8 @@ class TaskWriter:
         self._buffered = 0
         self.records = 0
         self.written: list[tuple[str, int, int, int]] = []
+        self.overlap = overlap
+        self._pending: Future[None] | None = None
 
     def _partitions_of(self, topic: str) -> int:
         n = self._partitions.get(topic)
@@ -149,25 +156,45 @@ class TaskWriter:
             self._buffers.setdefault(tp, []).append(part)
             self._buffered += part.nbytes
         if self._buffered >= self.flush_bytes:
-            self.flush()
+            self.flush(wait=not self.overlap)
 
-    def flush(self) -> None:
-        if not self._buffers:
-            return
-        encoded = {}
-        for tp, parts in self._buffers.items():
-            table = pa.Table.from_batches(parts).combine_chunks()
-            encoded[tp] = encode_arrow(
-                table, producer_id=self.member_id, producer_epoch=self.member_epoch,
-                base_sequence=self._seq.get(tp, 0), transactional=True,
-                compression=self.opts.compression, level=self.opts.compression_level,
-                max_batch_bytes=self.opts.batch_size)
-        bases = self.client.reserve(
-            self.member_id, self.member_epoch,
-            {tp: (self._seq.get(tp, 0), enc.record_count) for tp, enc in encoded.items()})
-        for tp, enc in encoded.items():
-            self._seq[tp] = self._seq.get(tp, 0) + enc.record_count
+    def flush(self, wait: bool = True) -> None:
+        """Encode and reserve what is buffered, then write and confirm it.
 
+        The writes and the confirm run in the background while the task routes and encodes
+        its next rows (storage latency overlaps CPU work); at most one flush is in flight,
+        which bounds memory and reports a failed write at the next flush. ``wait`` (the
+        task's last flush) returns only once everything is written and confirmed.
+        """
+        if self._buffers:
+            encoded = {}
+            for tp, parts in self._buffers.items():
+                # One RecordBatch (one copy): a Table's chunked columns would be copied
+                # again by the encoder.
+                batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+                encoded[tp] = encode_arrow(
+                    batch, producer_id=self.member_id, producer_epoch=self.member_epoch,
+                    base_sequence=self._seq.get(tp, 0), transactional=True,
+                    compression=self.opts.compression, level=self.opts.compression_level,
+                    max_batch_bytes=self.opts.batch_size)
+            self._buffers, self._buffered = {}, 0
+            bases = self.client.reserve(
+                self.member_id, self.member_epoch,
+                {tp: (self._seq.get(tp, 0), enc.record_count) for tp, enc in encoded.items()})
+            for tp, enc in encoded.items():
+                self._seq[tp] = self._seq.get(tp, 0) + enc.record_count
+            self._wait()
+            self._pending = _flusher.submit(self._write, encoded, bases)
+        if wait:
+            self._wait()
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _write(self, encoded: dict[tuple[str, int], EncodedRecords],
+               bases: dict[tuple[str, int], int]) -> None:
         def put(tp: tuple[str, int]) -> bool:
             path = layout.segment_path(tp[0], tp[1], bases[tp])
             return self.storage.put_if_absent(path, encoded[tp].with_base_offset(bases[tp]))
@@ -184,7 +211,6 @@ class TaskWriter:
         for tp, enc in encoded.items():
             self.written.append((tp[0], tp[1], bases[tp], enc.record_count))
             self.records += enc.record_count
-        self._buffers, self._buffered = {}, 0
 
 
 def _flush_bytes(ctx: object | None) -> int:
@@ -216,7 +242,9 @@ def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: Coo
                       interval_s=max(0.5, min(10.0, opts.transaction_timeout_ms / 4000)))
     done = False
     try:
-        writer = TaskWriter(opts, client, member_id, member_epoch, _flush_bytes(ctx))
+        flush_bytes = _flush_bytes(ctx)
+        writer = TaskWriter(opts, client, member_id, member_epoch, flush_bytes,
+                            overlap=flush_bytes == FLUSH_BYTES)
         for batch in iterator:
             if beat.error is not None:
                 raise beat.error
