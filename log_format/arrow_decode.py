@@ -24,7 +24,7 @@ from .arrow_scan import (
     verify_batch_crcs,
 )
 from .batch_header import CONTROL_FLAG, HEADER_SIZE, TIMESTAMP_TYPE_MASK
-from .compression import decompress
+from .compression import decompress_array
 from .errors import CorruptBatchError, LogFormatError
 
 MAX_OFFSET = 2**63 - 1
@@ -145,7 +145,7 @@ class _Records:
 
     The fast path is cramjam's decompress_into with the output bounded by the free space
     (at most MAX_DECOMPRESSED_BATCH + 1 bytes); anything else -- snappy, a payload larger
-    than the free space, garbage, a bomb -- goes through compression.decompress, which
+    than the free space, garbage, a bomb -- goes through compression.decompress_array, which
     decides between data and a typed error.
     """
 
@@ -175,7 +175,7 @@ class _Records:
                 if 0 <= n <= limit:
                     self.size += n
                     return
-            data = as_u8(decompress(codec, payload, max_size=limit))
+            data = decompress_array(codec, payload, max_size=limit)
         self._reserve(len(data))
         self.buf[self.size:self.size + len(data)] = data
         self.size += len(data)

@@ -21,7 +21,7 @@ from .batch_header import (
     TRANSACTIONAL_FLAG,
     parse_header,
 )
-from .compression import decompress
+from .compression import decompress_array
 from .crc import crc32c
 from .errors import CorruptBatchError, CrcMismatchError
 
@@ -123,9 +123,8 @@ def _raise_scan_error(buf: np.ndarray, status: int, pos: int, source: str | None
 
 def _compressed_control_type(buf: np.ndarray, row: np.void, source: str | None) -> int:
     pos, size = int(row["position"]), int(row["size"])
-    payload = decompress(int(row["attributes"]) & 7, memoryview(buf)[pos + 61:pos + size],
-                         max_size=MAX_DECOMPRESSED_BATCH)
-    inner = as_u8(payload)
+    inner = decompress_array(int(row["attributes"]) & 7, buf[pos + 61:pos + size],
+                             max_size=MAX_DECOMPRESSED_BATCH)
     ctype, status = K.control_type_at(inner, 0, len(inner))
     if status != K.OK:
         raise CorruptBatchError(kernel_message(status), position=pos,

@@ -13,6 +13,7 @@ import struct
 from enum import IntEnum
 
 import cramjam
+import numpy as np
 
 from .errors import CompressionError
 
@@ -92,27 +93,37 @@ def compress(codec: Codec | int, data: bytes | bytearray | memoryview,
 
 def decompress(codec: Codec | int, data: bytes | bytearray | memoryview,
                max_size: int | None = None) -> bytes:
-    """Decompress a batch payload.
+    """Decompress a batch payload to bytes (one copy of the output; see decompress_array).
 
     ``max_size`` bounds the output: a payload inflating past it (a decompression bomb) raises
     CompressionError without ever holding more than about ``max_size`` bytes. Anything that
     does not decode is a CompressionError naming the codec.
+    """
+    out = decompress_array(codec, data, max_size)
+    return out.tobytes()
+
+
+def decompress_array(codec: Codec | int, data: bytes | bytearray | memoryview | np.ndarray,
+                     max_size: int | None = None) -> np.ndarray:
+    """Decompress a batch payload into a uint8 array, without zero-filling or copying it.
+
+    The result may be a view of a larger buffer (untouched capacity is virtual memory only).
+    Same bound and errors as ``decompress``; NONE returns a read-only view of ``data``.
     """
     try:
         codec = Codec(codec)
     except ValueError:
         raise CompressionError(f"unknown compression codec id {codec}") from None
     if codec is Codec.NONE:
-        out = bytes(data)
-        _check_size(codec, len(out), max_size)
-        return out
+        _check_size(codec, len(memoryview(data).cast("B")), max_size)
+        return np.frombuffer(data, np.uint8)
     try:
         if codec is Codec.SNAPPY:
             return _snappy_decompress(data, max_size)
         module = cramjam.gzip if codec is Codec.GZIP else (
             cramjam.lz4 if codec is Codec.LZ4 else cramjam.zstd)
         if max_size is None:
-            return bytes(module.decompress(data))
+            return np.frombuffer(module.decompress(data), np.uint8)
         return _bounded(codec, module, data, max_size)
     except CompressionError:
         raise
@@ -142,16 +153,18 @@ def _overflow_message(module) -> str:
 _OVERFLOW = {m: _overflow_message(m) for m in (cramjam.gzip, cramjam.lz4, cramjam.zstd)}
 
 
-def _bounded(codec: Codec, module, data: bytes | bytearray | memoryview,
-             max_size: int) -> bytes:
+def _bounded(codec: Codec, module, data: bytes | bytearray | memoryview | np.ndarray,
+             max_size: int) -> np.ndarray:
     """Decompress into buffers that double up to max_size + 1; overflowing that is a bomb.
 
-    Only the "output buffer too small" error retries; garbage fails on the first attempt.
+    Buffers are numpy.empty (a bytearray would zero-fill each one first); the result is a
+    view of the last one. Only the "output buffer too small" error retries; garbage fails on
+    the first attempt.
     """
     limit = max_size + 1
     size = min(limit, max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data)))
     while True:
-        out = bytearray(size)
+        out = np.empty(size, np.uint8)
         try:
             n = module.decompress_into(data, out)
         except Exception as exc:
@@ -163,8 +176,7 @@ def _bounded(codec: Codec, module, data: bytes | bytearray | memoryview,
             size = min(limit, size * 2)
             continue
         _check_size(codec, n, max_size)
-        del out[n:]
-        return bytes(out)
+        return out[:n]
 
 
 def _lz4_compress(data: bytes | bytearray | memoryview, level: int | None) -> bytes:
@@ -199,29 +211,40 @@ def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_raw(block: bytes | bytearray | memoryview, max_size: int | None) -> bytes:
-    # A raw snappy block starts with its uncompressed length: check it before inflating.
-    _check_size(Codec.SNAPPY, int(cramjam.snappy.decompress_raw_len(block)), max_size)
-    return bytes(cramjam.snappy.decompress_raw(block))
+def _snappy_raw_len(block: bytes | bytearray | memoryview) -> int:
+    """A raw snappy block's declared uncompressed length (read before inflating)."""
+    return int(cramjam.snappy.decompress_raw_len(block))
 
 
-def _snappy_decompress(data: bytes | bytearray | memoryview, max_size: int | None) -> bytes:
-    """Xerial-framed (Java clients) or a bare raw block (librdkafka)."""
-    view = memoryview(data)
+def _snappy_decompress(data: bytes | bytearray | memoryview | np.ndarray,
+                       max_size: int | None) -> np.ndarray:
+    """Xerial-framed (Java clients) or a bare raw block (librdkafka), straight into one array.
+
+    Every raw block declares its length up front, so the whole output is sized and checked
+    against ``max_size`` before anything is inflated.
+    """
+    view = memoryview(data).cast("B")
     if bytes(view[:8]) != XERIAL_MAGIC:
-        return _snappy_raw(view, max_size)
-    if len(view) < len(XERIAL_HEADER):
-        raise CompressionError("xerial snappy stream ends inside its header")
-    pos = len(XERIAL_HEADER)
-    out = bytearray()
-    while pos < len(view):
-        if pos + 4 > len(view):
-            raise CompressionError("xerial snappy stream ends inside a block length")
-        (n,) = struct.unpack_from(">i", view, pos)
-        pos += 4
-        if n < 0 or pos + n > len(view):
-            raise CompressionError(f"xerial snappy block length {n} runs past the payload")
-        remaining = None if max_size is None else max_size - len(out)
-        out += _snappy_raw(view[pos:pos + n], remaining)
-        pos += n
-    return bytes(out)
+        blocks = [view]
+    else:
+        if len(view) < len(XERIAL_HEADER):
+            raise CompressionError("xerial snappy stream ends inside its header")
+        blocks, pos = [], len(XERIAL_HEADER)
+        while pos < len(view):
+            if pos + 4 > len(view):
+                raise CompressionError("xerial snappy stream ends inside a block length")
+            (n,) = struct.unpack_from(">i", view, pos)
+            pos += 4
+            if n < 0 or pos + n > len(view):
+                raise CompressionError(f"xerial snappy block length {n} runs past the payload")
+            blocks.append(view[pos:pos + n])
+            pos += n
+    sizes = [_snappy_raw_len(block) for block in blocks]
+    _check_size(Codec.SNAPPY, sum(sizes), max_size)
+    out = np.empty(sum(sizes), np.uint8)
+    pos = 0
+    for block, size in zip(blocks, sizes, strict=True):
+        if int(cramjam.snappy.decompress_raw_into(block, out[pos:pos + size])) != size:
+            raise CompressionError("snappy block is shorter than its declared length")
+        pos += size
+    return out

@@ -1,7 +1,8 @@
 """Kafka's compression streams round-trip and match what Kafka's client libraries read."""
 
+import numpy as np
 import pytest
-from txnlog.log_format.compression import Codec, compress, decompress
+from txnlog.log_format.compression import Codec, compress, decompress, decompress_array
 from txnlog.log_format.errors import CompressionError
 
 PAYLOAD = b"".join(i.to_bytes(4, "big") * 3 for i in range(50_000))
@@ -37,3 +38,16 @@ def test_bounded_output_and_garbage() -> None:
         decompress(Codec.LZ4, b"\x04\x22\x4d\x18garbage")
     with pytest.raises(CompressionError, match="unknown compression"):
         Codec.parse("brotli")
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_bounded_at_the_exact_size_and_arrays(codec: Codec) -> None:
+    """The bound is inclusive; decompress_array gives the same bytes as a uint8 array."""
+    packed = compress(codec, PAYLOAD)
+    assert decompress(codec, packed, max_size=len(PAYLOAD)) == PAYLOAD
+    with pytest.raises(CompressionError, match="over the"):
+        decompress(codec, packed, max_size=len(PAYLOAD) - 1)
+    for bound in (None, len(PAYLOAD), 1 << 30):
+        out = decompress_array(codec, packed, max_size=bound)
+        assert isinstance(out, np.ndarray) and out.dtype == np.uint8
+        assert out.tobytes() == PAYLOAD
