@@ -1,16 +1,26 @@
 """Encode/decode throughput of the Arrow codec vs aiokafka's C codec and kafka-python.
 
-    python bench/codec.py [--records 1000000] [--repeat 3] [--kafka-python-records 200000]
+    python bench/codec.py [--records 1000000] [--rounds 5] [--kafka-python-records 100000]
 
 Records: 16-byte random keys, 100-byte values of random letters (MB below = key+value
 bytes / 1e6), batches of up to 1 MiB, CRC verified on decode. Ours goes Arrow -> bytes ->
 Arrow; the client libraries go Python objects -> bytes -> Python objects, which is how they
-are used. One thread; numba compile time excluded (warm-up first); best of --repeat runs.
+are used. One thread, numba compile time excluded (warm-up first).
+
+Fairness on a shared, loaded machine: txnlog and aiokafka runs are interleaved round by
+round (the order flips every round), each run starts after a gc.collect() with the GC off
+while it runs (1 M record objects would otherwise trigger collections in aiokafka's
+decode), and the table gives medians over the rounds of both wall-clock time and the
+process's CPU time (which excludes time spent descheduled by other load). Ratios are of
+those medians. The load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
+import statistics
 import time
 from collections.abc import Callable
 
@@ -25,6 +35,7 @@ from txnlog.log_format.arrow_codec import decode_to_arrow, encode_arrow, scan_ba
 KEY, VALUE = 16, 100
 BATCH = 1 << 20
 T0 = 1_700_000_000_000
+CODECS = ((0, "none"), (4, "zstd"))
 
 
 def make_arrow(n: int, seed: int = 0) -> pa.RecordBatch:
@@ -41,13 +52,16 @@ def make_arrow(n: int, seed: int = 0) -> pa.RecordBatch:
                             "timestamp": pa.array(T0 + np.arange(n) // 1000, pa.int64())})
 
 
-def best(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
+def timed(fn: Callable[[], object]) -> tuple[float, float, object]:
+    """(wall s, CPU s, result) of one run, GC collected before and off during."""
+    gc.collect()
+    gc.disable()
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
         out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
+        return time.perf_counter() - wall, time.process_time() - cpu, out
+    finally:
+        gc.enable()
 
 
 def client_encode(builder: type, records: list[tuple], codec: int) -> list[bytes]:
@@ -76,61 +90,110 @@ def client_decode(reader: type, batches: list[bytes]) -> int:
     return count
 
 
-def run(n: int, repeat: int, kp_n: int) -> list[tuple]:
+class Sample:
+    """Wall and CPU times of one (implementation, op, codec) over the rounds."""
+
+    def __init__(self, impl: str, op: str, codec: str, records: int, size: int) -> None:
+        self.impl, self.op, self.codec, self.records, self.size = impl, op, codec, records, size
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    def add(self, wall: float, cpu: float) -> None:
+        self.wall.append(wall)
+        self.cpu.append(cpu)
+
+    def rate(self, cpu: bool) -> float:
+        """Records per second at the median time."""
+        return self.records / statistics.median(self.cpu if cpu else self.wall)
+
+
+def run(n: int, rounds: int, kp_n: int) -> list[Sample]:
     rb = make_arrow(n)
-    raw_mb = n * (KEY + VALUE) / 1e6
+    keys, values = rb.column("key").to_pylist(), rb.column("value").to_pylist()
+    records = list(zip(rb.column("timestamp").to_pylist(), keys, values, strict=True))
     small = make_arrow(1000, seed=1)
-    rows = []
-    for codec, name in ((0, "none"), (4, "zstd")):
+    samples = []
+    for codec, name in CODECS:
         warm = encode_arrow(small, compression=codec, now_ms=T0)  # compile / load caches
         decode_to_arrow(warm.with_base_offset(0), topic="bench", partition=0)
+        client_decode(AioBatch, client_encode(AioBuilder, records[:1000], codec))
+        data = encode_arrow(rb, compression=codec, max_batch_bytes=BATCH,
+                            now_ms=T0).with_base_offset(0)
+        theirs = client_encode(AioBuilder, records, codec)
+        size = sum(len(b) for b in theirs)
+        ours = {op: Sample("txnlog Arrow", op, name, n, len(data)) for op in ("encode", "decode")}
+        aio = {op: Sample("aiokafka C", op, name, n, size) for op in ("encode", "decode")}
+        scan = Sample("txnlog scan_batches", "scan+crc", name, n, len(data))
 
-        enc_s, enc = best(lambda c=codec: encode_arrow(rb, compression=c, max_batch_bytes=BATCH,
-                                                       now_ms=T0), repeat)
-        data = enc.with_base_offset(0)
-        dec_s, res = best(lambda d=data: decode_to_arrow(d, topic="bench", partition=0), repeat)
-        assert res.batch.num_rows == n
+        def ours_encode(c: int = codec) -> None:
+            enc = encode_arrow(rb, compression=c, max_batch_bytes=BATCH, now_ms=T0)
+            assert enc.record_count == n
+
+        def ours_decode(d: bytes = data) -> None:
+            res = decode_to_arrow(d, topic="bench", partition=0)
+            assert res.batch.num_rows == n
+
+        def aio_encode(c: int = codec, nb: int = len(theirs)) -> None:
+            assert len(client_encode(AioBuilder, records, c)) == nb
+
+        def aio_decode(bs: list[bytes] = theirs) -> None:
+            assert client_decode(AioBatch, bs) == n
+
+        steps = [(ours["encode"], ours_encode), (aio["encode"], aio_encode),
+                 (ours["decode"], ours_decode), (aio["decode"], aio_decode),
+                 (scan, lambda d=data: scan_batches(d))]
+        for r in range(rounds):
+            for sample, fn in (steps if r % 2 == 0 else steps[::-1]):
+                wall, cpu, _ = timed(fn)
+                sample.add(wall, cpu)
+        res = decode_to_arrow(data, topic="bench", partition=0)
         assert res.batch.column("value").equals(rb.column("value"))
-        rows.append(("txnlog Arrow", "encode", name, n, enc_s, raw_mb, len(data)))
-        rows.append(("txnlog Arrow", "decode", name, n, dec_s, raw_mb, len(data)))
-        scan_s, _ = best(lambda d=data: scan_batches(d), repeat)
-        rows.append(("txnlog scan_batches", "scan+crc", name, n, scan_s, raw_mb, len(data)))
+        assert res.batch.column("key").equals(rb.column("key"))
 
-        keys, values = rb.column("key").to_pylist(), rb.column("value").to_pylist()
-        stamps = rb.column("timestamp").to_pylist()
-        records = list(zip(stamps, keys, values, strict=True))
-        for label, builder, reader, count in (("aiokafka C", AioBuilder, AioBatch, n),
-                                              ("kafka-python", KpBuilder, KpBatch, kp_n)):
-            sub = records[:count]
-            sub_mb = count * (KEY + VALUE) / 1e6
-            client_encode(builder, sub[:1000], codec)
-            e_s, batches = best(lambda b=builder, s=sub, c=codec: client_encode(b, s, c),
-                                repeat if label == "aiokafka C" else 1)
-            d_s, got = best(lambda r=reader, bs=batches: client_decode(r, bs),
-                            repeat if label == "aiokafka C" else 1)
-            assert got == count
-            size = sum(len(b) for b in batches)
-            rows.append((label, "encode", name, count, e_s, sub_mb, size))
-            rows.append((label, "decode", name, count, d_s, sub_mb, size))
-    return rows
+        sub = records[:kp_n]
+        kp_enc = Sample("kafka-python", "encode", name, kp_n, 0)
+        kp_dec = Sample("kafka-python", "decode", name, kp_n, 0)
+        wall, cpu, kp_batches = timed(lambda s=sub, c=codec: client_encode(KpBuilder, s, c))
+        kp_enc.add(wall, cpu)
+        kp_enc.size = kp_dec.size = sum(len(b) for b in kp_batches)
+        wall, cpu, got = timed(lambda bs=kp_batches: client_decode(KpBatch, bs))
+        assert got == kp_n
+        kp_dec.add(wall, cpu)
+        samples += [ours["encode"], ours["decode"], scan, aio["encode"], aio["decode"],
+                    kp_enc, kp_dec]
+    return samples
+
+
+def table(samples: list[Sample]) -> str:
+    base = {(s.op, s.codec): s for s in samples if s.impl == "aiokafka C"}
+    lines = [f"{'implementation':<20} {'op':<9} {'codec':<5} {'records':>9} {'runs':>4} "
+             f"{'M rec/s':>8} {'MB/s':>6} {'ratio':>6} {'cpu M rec/s':>11} {'cpu ratio':>9} "
+             f"{'bytes/rec':>9}"]
+    for s in samples:
+        mb = s.records * (KEY + VALUE) / 1e6
+        wall, cpu = s.rate(cpu=False), s.rate(cpu=True)
+        ref = base.get((s.op, s.codec))
+        ratio = f"{wall / ref.rate(cpu=False):.2f}x" if ref else "-"
+        cpu_ratio = f"{cpu / ref.rate(cpu=True):.2f}x" if ref else "-"
+        lines.append(f"{s.impl:<20} {s.op:<9} {s.codec:<5} {s.records:>9} {len(s.wall):>4} "
+                     f"{wall / 1e6:>8.2f} {mb * wall / s.records:>6.0f} {ratio:>6} "
+                     f"{cpu / 1e6:>11.2f} {cpu_ratio:>9} {s.size / s.records:>9.1f}")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--kafka-python-records", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kafka-python-records", type=int, default=100_000)
     args = parser.parse_args()
-    rows = run(args.records, args.repeat, args.kafka_python_records)
-    base = {(op, codec): cnt / s for impl, op, codec, cnt, s, _, _ in rows
-            if impl == "aiokafka C"}
-    print(f"{'implementation':<20} {'op':<9} {'codec':<5} {'records':>9} {'M rec/s':>8} "
-          f"{'MB/s':>8} {'bytes/rec':>9} {'vs aiokafka C':>13}")
-    for impl, op, codec, cnt, s, mb, size in rows:
-        rate = cnt / s
-        ratio = f"{rate / base[(op, codec)]:.2f}x" if (op, codec) in base else "-"
-        print(f"{impl:<20} {op:<9} {codec:<5} {cnt:>9} {rate / 1e6:>8.2f} {mb / s:>8.0f} "
-              f"{size / cnt:>9.1f} {ratio:>13}")
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+          f"({os.cpu_count()} CPUs); medians of {args.rounds} interleaved rounds")
+    samples = run(args.records, args.rounds, args.kafka_python_records)
+    print(table(samples))
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":
