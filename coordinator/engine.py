@@ -211,6 +211,9 @@ class Engine:
         self.txns: dict[str, Txn] = {}
         self.reservations: dict[tuple[str, int, int], Reservation] = {}
         self.group_offsets: dict[str, dict[str, int]] = {}
+        # Completed transactions that still hold LSOs back (see hw_lso):
+        # [{"commit": bool, "parts": {"t-p": [first offset, past its markers]}}].
+        self.held: list[dict[str, Any]] = []
         self.log: TxnLog | None = None
         self.stable_seq = 0
         self.stable_written: stable.StableSnapshot | None = None
@@ -341,6 +344,7 @@ class Engine:
 
     def _apply_complete(self, txn: Txn, state: TxnState) -> None:
         plan = txn.plan or {}
+        self._hold(txn, plan, commit=state is TxnState.COMPLETE_COMMIT)
         for topic, p, base, _markers in plan.get("markers", []):
             self.partitions[pkey(topic, p)].unresolved.pop(base, None)
         pids = {txn.pid, *txn.member_pids()}
@@ -375,6 +379,23 @@ class Engine:
         self.producers[txn.pid].epoch = txn.epoch
         txn.plan = None
 
+    def _hold(self, txn: Txn, plan: dict[str, Any], commit: bool) -> None:
+        """Remember where a completed transaction lies in each partition, from its first
+        reserved offset to past its markers, for as long as it holds LSOs back."""
+        ranges: dict[str, list[int]] = {}
+        for t, p, b in txn.reservations:
+            res = self.reservations.get((t, p, b))
+            end = b + (res.count if res is not None else 1)
+            key = pkey(t, p)
+            first, last = ranges.get(key, [b, end])
+            ranges[key] = [min(first, b), max(last, end)]
+        for topic, p, base, markers in plan.get("markers", []):
+            key = pkey(topic, p)
+            first, last = ranges.get(key, [base, base + len(markers)])
+            ranges[key] = [min(first, base), max(last, base + len(markers))]
+        if ranges:
+            self.held.append({"commit": commit, "parts": ranges})
+
     # ==================================================================== snapshots
     def to_snapshot(self) -> dict[str, Any]:
         """The full state as JSON-able data (what ``from_snapshot`` restores)."""
@@ -398,6 +419,7 @@ class Engine:
                       "last_committed_batch": t.last_committed_batch, "last": t.last}
                      for t in self.txns.values()],
             "group_offsets": self.group_offsets,
+            "held": self.held,
         }
 
     def from_snapshot(self, s: dict[str, Any]) -> None:
@@ -424,6 +446,7 @@ class Engine:
                       t["last"])
             self.txns[txn.tid] = txn
         self.group_offsets = s["group_offsets"]
+        self.held = [dict(e) for e in s.get("held", [])]
 
     # ===================================================================== plumbing
     def _commit(self, records: list[LogRecord]) -> asyncio.Future[None]:
@@ -1159,10 +1182,12 @@ class Engine:
 
     async def describe_topic(self, name: str) -> dict[str, Any]:
         n = await self._partition_count(name)
+        view = self.hw_lso()
         parts = []
         for p in range(n):
             st = self.partitions.get(pkey(name, p), PartitionState())
-            parts.append({"partition": p, "leo": st.leo, "hw": st.hw(), "lso": st.lso()})
+            hw, lso = view.get(pkey(name, p), (st.hw(), st.lso()))
+            parts.append({"partition": p, "leo": st.leo, "hw": hw, "lso": lso})
         return {"name": name, "partitions": n, "config": self.topics[name]["config"],
                 "offsets": parts}
 
@@ -1179,12 +1204,52 @@ class Engine:
 
     # ============================================================ stable snapshots
     def hw_lso(self) -> dict[str, tuple[int, int]]:
+        """Every partition's (HW, LSO) as readers may trust them.
+
+        Below the first offset of any transaction not yet Complete (Kafka's LSO), and held
+        back further by completed transactions:
+        - an aborted one holds a partition at its first offset there until the HW has passed
+          its ABORT marker (Kafka keeps such a transaction "unreplicated" for the same
+          reason): readers ignore objects at or above the HW, so until then they cannot see
+          the marker and the .txnindex entry that hide its records;
+        - a committed one not yet wholly below the LSO in some partition holds every one of
+          its partitions at its first offset there, to the greatest fixpoint, so a reader
+          sees it in all partitions or in none (per-partition LSOs alone would tear it when
+          it lies behind another producer's open transaction in one partition).
+        Published LSOs never go backwards: while a transaction was open, each of its
+        partitions' LSO was already at or below its first offset there, and a held
+        transaction is released only once nothing can hold it again.
+        """
         out = {}
         for name, meta in self.topics.items():
             for p in range(int(meta["partitions"])):
                 st = self.partitions.get(pkey(name, p))
                 out[pkey(name, p)] = (st.hw(), st.lso()) if st else (0, 0)
+        self._hold_back(out)
         return out
+
+    def _hold_back(self, out: dict[str, tuple[int, int]]) -> None:
+        def holds(entry: dict[str, Any]) -> list[str]:
+            """Partitions the entry must hold at its first offset under ``out``."""
+            parts = entry["parts"]
+            if entry["commit"]:
+                torn = any(out.get(k, (0, 0))[1] < end for k, (_f, end) in parts.items())
+                return list(parts) if torn else []
+            return [k for k, (_f, end) in parts.items() if out.get(k, (0, 0))[0] < end]
+
+        pending = list(self.held)
+        while pending:
+            lowered: set[str] = set()
+            for entry in pending:
+                for key in holds(entry):
+                    first = entry["parts"][key][0]
+                    hw, lso = out.get(key, (0, 0))
+                    if lso > first:
+                        out[key] = (hw, first)
+                        lowered.add(key)
+            # Only entries in a partition whose LSO just moved can change their answer.
+            pending = [e for e in self.held if lowered & e["parts"].keys()]
+        self.held = [e for e in self.held if holds(e)]
 
     def request_stable(self) -> asyncio.Future[int]:
         """A future that resolves once a stable snapshot taken after now is written."""

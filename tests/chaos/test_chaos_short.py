@@ -1,8 +1,7 @@
 """The short chaos profile as pytest tests: one fault class per test, every anomaly fails it.
 
 The default suite runs the classes that matter most in a few minutes; the rest are marked
-slow. Torn transactions with the signature of the known LSO bug (test_regressions.py) are
-reported as xfail, any other anomaly fails the test.
+slow.
 """
 
 from __future__ import annotations
@@ -28,13 +27,7 @@ def _check(fault: str, backend: str, tmp_path: Path) -> None:
     print(res)
     assert res.error is None, res.error
     assert res.committed > 0
-    other = {k: n for k, n in res.anomalies.items() if k != "torn-transaction"}
-    assert not other, (other, res.examples, res.history)
-    torn = res.anomalies.get("torn-transaction", 0)
-    if torn:
-        assert torn == res.torn_above_lso, (res.examples["torn-transaction"], res.history)
-        pytest.xfail(f"{torn} torn transactions held back by the LSO in one partition (the "
-                     "known bug of test_regressions.py)")
+    assert not res.anomalies, (res.anomalies, res.examples, res.history)
 
 
 @pytest.mark.parametrize("fault", [*DEFAULT_FILE,

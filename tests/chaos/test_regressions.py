@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from coordinator_proc import CoordinatorProc
 from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format.consumer import Consumer
@@ -13,11 +12,6 @@ from .checker import check
 from .history import tp_key
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torn transaction: LSO = first offset of any open transaction, per partition (5.4), so a "
-    "committed transaction that lies after another producer's open transaction in one "
-    "partition is hidden there but visible in its other partitions; the stable snapshot's "
-    "LSOs must hold back every partition of such a transaction (coordinator/engine.py)"))
 def test_committed_txn_behind_an_open_txn_is_not_torn(tmp_path: Path) -> None:
     root = (tmp_path / "root").as_uri()
     with CoordinatorProc(root, log_path=tmp_path / "c.log") as c:
@@ -44,5 +38,51 @@ def test_committed_txn_behind_an_open_txn_is_not_torn(tmp_path: Path) -> None:
            {"f": "poll", "proc": "c", "mode": "scan", "isolation": "read_committed",
             "reads": reads, "outcome": "ok", "t1": 0}]
     res = check(ops)
-    # today: reads == {"t-1": [[0, 3]]}: B's record in t-1 without its record in t-0
+    # Before the fix reads were {"t-1": [[0, 3]]}: B's record in t-1 without its t-0 record.
+    assert reads == {}, reads
     assert res.valid, res.summary()
+
+
+def test_aborted_txn_stays_hidden_while_hw_is_below_its_marker(tmp_path: Path) -> None:
+    """Kafka keeps an aborted transaction "unreplicated" until the HW passes its marker.
+
+    Found by the chaos harness (coordinator-kill): producer B reserved an offset after A's
+    records and had not confirmed it, so the HW stopped below A's ABORT marker. A consumer
+    lists a partition again only once the HW moves, so it had not seen the marker's
+    .txnindex entry, and the LSO (already past A's records) let it read A's aborted record.
+    """
+    import pyarrow as pa
+    from txnlog.log_format import layout
+    from txnlog.log_format.arrow_codec import encode_arrow
+    from txnlog.log_format.storage import Storage
+
+    root = (tmp_path / "root").as_uri()
+    with CoordinatorProc(root, log_path=tmp_path / "c.log") as c:
+        client = c.client()
+        client.create_topic("t", 1)
+        a = TransactionalProducer(root, "A", coordinator=c.endpoint)
+        a.init_transactions()
+        a.begin_transaction()
+        a.send("t", b"committed", partition=0)
+        a.commit_transaction()  # offset 0, COMMIT marker at 1
+        a.begin_transaction()
+        a.send("t", b"aborted", partition=0)
+        a.flush()  # A's record at offset 2
+        pid, epoch = client.init_producer_id(None)  # B: reserves offset 3, writes later
+        (base,) = client.reserve(pid, epoch, {("t", 0): (0, 1)}).values()
+        client.stable(publish=True)  # readers now see HW 3, LSO 2 (A is open)
+        consumer = Consumer(root, "t")
+
+        def values() -> list[bytes | None]:
+            return [r.value for recs in consumer.poll().values() for r in recs]
+
+        assert values() == [b"committed"]  # lists the partition while the HW is 3
+        a.abort_transaction()  # ABORT marker and .txnindex at offset 4, above the HW (3)
+        assert values() == []
+        data = encode_arrow(pa.table({"value": [b"late"]}), producer_id=pid,
+                            producer_epoch=epoch, base_sequence=0)
+        storage = Storage.for_url(root)
+        assert storage.put_if_absent(layout.segment_path("t", 0, base),
+                                     data.with_base_offset(base))
+        client.confirm(pid, epoch, [("t", 0, base)], wait_stable=True)
+        assert values() == [b"late"]
