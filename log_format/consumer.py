@@ -208,6 +208,7 @@ class Consumer:
         if not tps:
             return out
         remaining = limit
+        advanced: dict[TopicPartition, int] = {}
         # round-robin start so one busy partition does not starve the others
         order = tps[self._next_rr % len(tps):] + tps[:self._next_rr % len(tps)]
         self._next_rr += 1
@@ -223,7 +224,10 @@ class Consumer:
             for chunk in reader.read(pos, end):
                 out.setdefault(tp, []).append(chunk.batch)
                 remaining -= chunk.batch.num_rows
-            self._positions[tp] = end
+            advanced[tp] = end
+        # Positions move only once every read succeeded: a poll that fails part-way must not
+        # skip the records it read before the failure (it returned none of them).
+        self._positions.update(advanced)
         return out
 
     def poll(self, timeout_s: float = 0.0,

@@ -130,3 +130,26 @@ def test_bad_arguments(file_root: str) -> None:
         Consumer(file_root, "orders", auto_offset_reset="smallest")
     with pytest.raises(ValueError, match="isolation level"):
         Consumer(file_root, "orders", isolation_level="read_dirty")  # type: ignore[arg-type]
+
+
+def test_failed_poll_skips_nothing(file_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poll that fails part-way (storage error on one partition) returns nothing, so it
+    must move no position either: the next poll delivers every record."""
+    import txnlog.log_format.reader as reader_mod
+
+    build(file_root)
+    with Consumer(file_root, "orders") as c:
+        real_read = reader_mod.PartitionReader.read
+        calls = {"n": 0}
+
+        def flaky(self: reader_mod.PartitionReader, start: int, end: int | None = None):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            if calls["n"] == 2:  # the second partition of the first poll
+                raise OSError("injected storage failure")
+            return real_read(self, start, end)
+
+        monkeypatch.setattr(reader_mod.PartitionReader, "read", flaky)
+        with pytest.raises(OSError, match="injected"):
+            c.poll()
+        got = [(tp.partition, r.offset) for tp, rs in c.poll().items() for r in rs]
+        assert sorted(got) == [(0, 0), (0, 1), (0, 2), (0, 6), (1, 0), (1, 1)]
