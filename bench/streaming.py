@@ -38,9 +38,9 @@ def run(spark, url: str, endpoint: str, tmp: Path, records: int, per_batch: int 
      .write.format("txnlog").option("topic", "in").option("coordinator", endpoint)
      .mode("append").save(url))
 
-    hooks = tmp / "hooks"
-    hooks.mkdir()
-    os.environ["TXNLOG_STREAM_TEST_DIR"] = str(hooks)  # inherited by the planner workers
+    hooks = Path(os.environ["TXNLOG_STREAM_TEST_DIR"])
+    for f in hooks.iterdir():
+        f.unlink()
     t0 = time.perf_counter()
     q = (spark.readStream.format("txnlog").option("subscribe", "in")
          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch))
@@ -89,6 +89,9 @@ def main() -> None:
             os.environ.update(server.env())  # before the JVM: workers inherit it
             roots.append(("s3", "s3://bench/stream"))
         os.environ["PYSPARK_PYTHON"] = sys.executable
+        # The sink's commit() runs in planner workers, which inherit the JVM's environment.
+        (tmp / "hooks").mkdir()
+        os.environ["TXNLOG_STREAM_TEST_DIR"] = str(tmp / "hooks")
         from pyspark.sql import SparkSession
 
         spark = (SparkSession.builder.master("local[2]").appName("txnlog-bench-streaming")
