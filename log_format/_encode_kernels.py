@@ -5,6 +5,7 @@ record joins the open batch while header + records stay within the batch size; a
 always takes its first record), then writes it; a batch's header is written when it closes.
 One pass reads every Arrow buffer once (a separate sizing pass cost a fifth of the time).
 All inputs come from validated Arrow buffers; indices are still checked against the arrays.
+Compiled without reference counting, like _kernels (see there why).
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Records are varint-framed, so finding their boundaries is a sequential walk; it 
 native speed. numba does not bounds-check array accesses, so every read below is checked by
 hand against the end of its record, batch or buffer. Kernels never raise: they return a
 status code and the byte position of the fault, and the Python callers raise typed errors.
+
+Kernels are compiled without numba's reference counting (``_nrt=False``) and allocate
+nothing: callers pass every array. With it, numba increfs/decrefs arrays inside the record
+loops (atomic operations, ~10 per record), which cost half of the decode walk and three
+quarters of the encode.
 """
 
 from __future__ import annotations
