@@ -612,3 +612,37 @@ def test_headers_of_a_trimmed_offset_range(codec: int) -> None:
     assert res.batch.column("headers").to_pylist() == want
     assert res.batch.column("key").to_pylist() == [r[1] for r in records[13:51]]
     assert res.batch.column("value").to_pylist() == [r[2] for r in records[13:51]]
+
+
+def test_decompression_scratch_reuse_never_aliases_results() -> None:
+    """The per-thread decompression buffer is reused: earlier results must not change."""
+    import threading
+
+    def encoded(seed: int, n: int) -> tuple[list[tuple], bytes]:
+        records = sample_records(n, seed=seed)
+        data = encode_arrow(to_arrow(records), compression=4, max_batch_bytes=700,
+                            now_ms=T0).with_base_offset(0)
+        return records, data
+
+    sets = [encoded(seed, n) for seed, n in ((21, 80), (22, 30), (23, 120))]
+    results = [decode_to_arrow(data, topic="t", partition=0, include_headers=True)
+               for _, data in sets]
+    for (records, _), res in zip(sets, results, strict=True):
+        assert res.batch.column("value").to_pylist() == [r[2] for r in records]
+        assert res.batch.column("key").to_pylist() == [r[1] for r in records]
+    errors: list[BaseException] = []
+
+    def worker(records: list[tuple], data: bytes) -> None:
+        try:
+            for _ in range(20):
+                got = decode_to_arrow(data, topic="t", partition=0).batch
+                assert got.column("value").to_pylist() == [r[2] for r in records]
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=s) for s in sets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
