@@ -144,7 +144,7 @@ def main() -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import us
     work = Path(args.dir or tempfile.mkdtemp(prefix="txnlog-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    root = (work / "txnlog").as_uri()
+    root = (work / f"txnlog-{os.getpid()}-{time.time_ns()}").as_uri()  # fresh topics each run
     pq_kv, pq_read, pq_out = (str(work / n) for n in ("kv.parquet", "read.parquet", "out"))
 
     spark = (SparkSession.builder.master("local[2]").appName("txnlog-bench")
