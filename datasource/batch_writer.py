@@ -11,6 +11,7 @@ reports (the successful attempt of each partition) and aborts every other attemp
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from txnlog.coordinator.client import CoordinatorClient
 
 log = logging.getLogger(__name__)
+# How long commit() keeps asking an unreachable or failing coordinator for the outcome.
+COMMIT_RETRY_S = 120.0
 
 
 def coordinator_client(opts: WriteOptions) -> CoordinatorClient:
@@ -61,8 +64,14 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
             self.transactional_id, opts.transaction_timeout_ms)
 
     def _client(self) -> CoordinatorClient:
+        """A client for the write's coordinator. With the embedded default this finds the
+        root's coordinator again, so a restarted one (on another port) is picked up."""
         from txnlog.coordinator.client import CoordinatorClient
 
+        if self.opts.coordinator is None:
+            from txnlog.coordinator.embedded import coordinator_for_root
+
+            self.endpoint = coordinator_for_root(self.opts.root, self.opts.storage_options)
         return CoordinatorClient(self.endpoint)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -79,11 +88,46 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
             raise RuntimeError("txnlog commit: a partition has no successful task attempt")
         if not members:  # a write of zero partitions: no member ever opened the transaction
             return
-        result = self._client().end_txn(self.transactional_id, self.producer_id, self.epoch,
-                                        commit=True, members=members)
+        result = self._end_txn(members)
         if result.get("outcome") != "commit":
             raise RuntimeError(f"txnlog commit of {self.transactional_id!r} ended as "
                                f"{result.get('outcome')!r}")
+
+    def _end_txn(self, members: list[int]) -> dict:
+        """EndTxn(commit), retried until the coordinator answers with the outcome.
+
+        Once the coordinator wrote PrepareCommit the write commits, whatever happens to this
+        call; reporting a failure then would make the user retry and duplicate it. A repeat
+        with the same (producer id, epoch) is answered with the decided outcome (a prepared
+        transaction is rolled forward first), so transient failures are retried; only a
+        refusal that decides the transaction (fenced, aborted, wrong state) fails at once.
+        """
+        from txnlog.coordinator.errors import (
+            CoordinatorError,
+            InvalidProducerEpochError,
+            InvalidTxnStateError,
+            ProducerFencedError,
+        )
+
+        deadline = time.monotonic() + COMMIT_RETRY_S
+        delay = 0.5
+        while True:
+            try:
+                return self._client().end_txn(self.transactional_id, self.producer_id,
+                                              self.epoch, commit=True, members=members)
+            except (InvalidTxnStateError, ProducerFencedError, InvalidProducerEpochError):
+                raise
+            except CoordinatorError as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"txnlog commit of {self.transactional_id!r}: no answer from the "
+                        f"coordinator for {COMMIT_RETRY_S:.0f}s ({exc}); the outcome is "
+                        "unknown until it is back: it finishes the transaction when it "
+                        "restarts (read with read_committed to see whether it committed) "
+                        "— do not simply rerun the write") from exc
+                log.warning("txnlog commit of %r: %s; retrying", self.transactional_id, exc)
+                time.sleep(delay)
+                delay = min(2 * delay, 5.0)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Abort whatever is not decided; after a commit that did land, this is a no-op."""
