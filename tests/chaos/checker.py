@@ -19,6 +19,11 @@ visibility across partitions and topics through one stable snapshot):
 - ``nonmonotonic-send``: one producer's later transaction landed before an earlier one in
   a partition.
 - ``phantom-read``: a value no send produced.
+- ``stream-lost`` / ``stream-duplicate`` / ``stream-phantom`` / ``stream-order``: the
+  streaming pipeline's output (``stream-final`` op: ``out:<tp>:<offset>:<value>`` records)
+  against the final read_committed read of its input: every committed input record exactly
+  once, nothing else (no aborted or invented record), in input-offset order per output
+  partition and input partition.
 
 ``check(ops)`` returns a ``Result``; each anomaly keeps a few examples for the report.
 """
@@ -34,7 +39,8 @@ from typing import Any
 
 ANOMALIES = ("lost-write", "aborted-read", "torn-transaction", "duplicate",
              "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
-             "read-past-hw", "nonmonotonic-send", "phantom-read")
+             "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
+             "stream-duplicate", "stream-phantom", "stream-order")
 FULL_MODES = ("scan", "final", "spark")
 MAX_EXAMPLES = 5
 
@@ -149,6 +155,9 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
     _check_torn(res, polls, txns, by_value, where)
     if finals:
         _check_final(res, finals[-1], txns)
+        streams = [op for op in ops if op["f"] == "stream-final"]
+        if streams:
+            _check_stream(res, finals[-1], streams[-1])
     else:
         res.stats["warning"] = "no final read: lost writes and unknown outcomes not checked"
     statuses = defaultdict(int)
@@ -335,3 +344,35 @@ def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn]) -> No
                 res.add("nonmonotonic-send", proc=proc, tp=tp, earlier=[t2, o2],
                         later=[t1, o1])
                 break
+
+
+def _check_stream(res: Result, final: dict[str, Any], out: dict[str, Any]) -> None:
+    """Exactly-once consume-transform-produce: output vs. the final committed input."""
+    source = {(tp, offset): value for tp, offset, value in _reads(final)}
+    seen: dict[tuple[str, int], tuple[str, int]] = {}
+    last: dict[tuple[str, str], int] = {}
+    records = 0
+    for out_tp, out_offset, text in _reads(out):
+        records += 1
+        at = (out_tp, out_offset)
+        try:
+            tag, tp, offset_s, value_s = str(text).split(":")
+            src, value = (tp, int(offset_s)), int(value_s)
+            assert tag == "out"
+        except (ValueError, AssertionError):
+            res.add("stream-phantom", at=at, record=text, note="not an output record")
+            continue
+        if source.get(src) != value:
+            res.add("stream-phantom", at=at, source=src, value=value,
+                    committed_value=source.get(src))
+        if src in seen:
+            res.add("stream-duplicate", source=src, value=value, at=[seen[src], at])
+        seen.setdefault(src, at)
+        prev = last.get((out_tp, src[0]))
+        if prev is not None and src[1] <= prev:
+            res.add("stream-order", at=at, source=src, after=[src[0], prev])
+        last[(out_tp, src[0])] = src[1]
+    for src, value in source.items():
+        if src not in seen:
+            res.add("stream-lost", source=src, value=value)
+    res.stats["stream_records"] = records

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +37,22 @@ if str(TESTS_DIR) not in sys.path:
 from coordinator_proc import CoordinatorProc  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 from txnlog.coordinator.client import CoordinatorClient  # noqa: E402
+from txnlog.coordinator.errors import InvalidProducerIdMappingError  # noqa: E402
 from txnlog.log_format.storage import Storage  # noqa: E402
 
 from . import checker, workload  # noqa: E402
 from .history import HistoryWriter, read_history  # noqa: E402
+from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
 BUCKET = "txnlog-chaos"
+# Spark classes: a Spark driver (batch writes, batch reads, a stream) beside the producers.
+SPARK_FAULTS = ("spark-driver-kill", "spark-driver-pause", "spark-worker-kill")
 FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
-               "zombie", "two-coordinators", "client-kill", "disk-full", "mixed")
+               "zombie", "two-coordinators", "client-kill", "disk-full", "mixed",
+               *SPARK_FAULTS)
 S3_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
              "zombie", "two-coordinators", "client-kill", "s3-pause", "s3-restart",
-             "s3-proxy", "mixed")
+             "s3-proxy", "mixed", *SPARK_FAULTS)
 MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "zombie",
            "two-coordinators", "client-kill", "disk-full", "s3-pause", "s3-restart",
            "s3-proxy")
@@ -62,6 +67,7 @@ class Profile:
     txns_per_producer: int
     duration: float  # seconds of workload (each producer stops at its txn count or this)
     consumers: int = 1
+    spark_duration: float = 45.0  # Spark classes run at least this long (JVM start ~15 s)
 
 
 PROFILES = {
@@ -83,6 +89,8 @@ class Outcome:
     anomalies: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[Any]] = field(default_factory=dict)
     torn_above_lso: int = 0  # torn transactions with the known LSO signature (see checker)
+    spark_jobs: dict[str, int] = field(default_factory=dict)  # Spark write jobs by status
+    stream_records: int = 0  # output records of the stream checked exactly-once
     faults_injected: int = 0
     seconds: float = 0.0
     history: str = ""
@@ -105,6 +113,56 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+
+
+def _killpg(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """Signal a worker's whole process group (a Spark driver: Python, JVM, Python workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                .decode(errors="replace"))
+    except OSError:
+        return ""
+
+
+def spark_processes(driver_pid: int) -> tuple[int | None, list[int], list[int]]:
+    """(JVM, pyspark daemons, forked Python workers) under one Spark driver process."""
+    kids = _children()
+    jvm = next((k for k in kids.get(driver_pid, []) if "java" in _cmdline(k)), None)
+    daemons: list[int] = []
+    workers: list[int] = []
+    todo = list(kids.get(jvm, [])) if jvm else []
+    while todo:
+        pid = todo.pop()
+        cmd = _cmdline(pid)
+        if "pyspark" in cmd:
+            parent_is_daemon = any(pid in kids.get(d, []) for d in daemons)
+            (workers if parent_is_daemon or "pyspark.daemon" not in cmd else daemons).append(pid)
+        todo.extend(kids.get(pid, []))
+    return jvm, daemons, workers
+
+
+def _txn_open(client: CoordinatorClient, tid: str) -> bool:
+    try:
+        state = client.describe_txn(tid).get("state")
+    except InvalidProducerIdMappingError:
+        return False  # never initialized (a Spark driver killed before its first job)
+    return state in ("Ongoing", "PrepareCommit", "PrepareAbort")
 
 
 def _is_stopped(pid: int) -> bool:
@@ -144,6 +202,12 @@ class Scenario:
         self.lock = threading.RLock()
         self.injected = 0
         self.env_extra: dict[str, str] = {}
+        self.spark = fault.startswith("spark-")
+        if self.spark and profile.duration < profile.spark_duration:
+            self.profile = replace(profile, duration=profile.spark_duration)
+        self.spark_drivers: dict[int, subprocess.Popen[bytes]] = {}
+        self.ctl = self.dir / "spark-ctl"
+        self.ctl.mkdir()
         if unsafe:
             self.env_extra["TXNLOG_UNSAFE"] = unsafe
         self.root = self._make_root()
@@ -266,6 +330,9 @@ class Scenario:
         with self.lock:
             self.workers.append(proc)
 
+    def spark_jobs_running(self) -> bool:
+        return any(not (self.ctl / f"done-{w}").exists() for w, _ in self.live_spark())
+
     def producers_running(self) -> bool:
         return any(p.poll() is None for p in self.producers.values())
 
@@ -285,15 +352,19 @@ class Scenario:
             "s3-pause": self.f_s3_pause,
             "s3-restart": self.f_s3_restart,
             "s3-proxy": self.f_s3_proxy,
+            "spark-driver-kill": self.f_spark_driver_kill,
+            "spark-driver-pause": self.f_spark_driver_pause,
+            "spark-worker-kill": self.f_spark_worker_kill,
         }
         while not self.stop_nemesis.wait(self.rng.uniform(1.5, 4.0)):
             self.resume_zombies()
             self.supervise()
+            self.supervise_spark()
             kind = self.rng.choice(kinds)
             if kind in faults:
                 try:
-                    faults[kind]()
-                    self.injected += 1
+                    if faults[kind]() is not False:  # False: nothing to hit yet
+                        self.injected += 1
                 except Exception as exc:
                     self.note("nemesis-error", kind=kind, error=repr(exc))
 
@@ -442,10 +513,136 @@ class Scenario:
         set_faults(self.proxy_endpoint, off=1)
         self.note("proxy-calm")
 
+    # ---- Spark ---------------------------------------------------------------------------
+    def spark_tid(self) -> str:
+        return f"chaos-{self.fault}{self.seed}-spark"
+
+    def start_spark(self, drain: bool = False) -> int:
+        """A Spark driver process (its own process group: Python, JVM, Python workers)."""
+        w = self.next_worker
+        self.next_worker += 1
+        duration = max(5.0, self.remaining()) if not drain else 0.0
+        args = [sys.executable, "-m", "chaos.spark_workload", "--root", self.root,
+                "--history", str(self.hist_dir), "--worker", str(w), "--run",
+                f"{self.fault}{self.seed}", "--seed", str(self.seed), "--duration",
+                str(duration), "--checkpoint", str(self.dir / "stream-checkpoint"),
+                "--ctl", str(self.ctl), "--stream"] + (["--drain"] if drain else [])
+        proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL,
+                                stderr=open(self.dir / f"s{w}.log", "wb"),  # noqa: SIM115
+                                start_new_session=True)
+        with self.lock:
+            self.spark_drivers[w] = proc
+        self.note("spark-start", worker=w, pid=proc.pid, drain=drain)
+        return w
+
+    def live_spark(self) -> list[tuple[int, subprocess.Popen[bytes]]]:
+        return [(w, p) for w, p in self.spark_drivers.items() if p.poll() is None]
+
+    def supervise_spark(self) -> None:
+        """Start a driver again (same checkpoint) when none runs and the workload goes on."""
+        if self.spark and not self.live_spark() and self.remaining() > 20:
+            self.start_spark()
+
+    def spark_target(self) -> tuple[int, subprocess.Popen[bytes]] | None:
+        """A driver that finished a job since it started (a kill during start-up proves
+        little and starves the workload: a JVM start costs 10-30 s here), 0-10 s later."""
+        for w, p in self.live_spark():
+            progress = self.ctl / f"progress-{w}"
+            if progress.exists() and not (self.ctl / f"done-{w}").exists() and \
+                    time.time() - progress.stat().st_mtime < 30 and \
+                    self.rng.random() < 0.5:
+                return w, p
+        return None
+
+    def f_spark_driver_kill(self) -> bool:
+        target = self.spark_target()
+        if target is None:
+            return False
+        w, p = target
+        jvm, _, _ = spark_processes(p.pid)
+        victim = jvm if jvm is not None and self.rng.random() < 0.5 else p.pid
+        self.note("kill-spark-driver", worker=w, pid=victim, jvm=victim == jvm)
+        _signal(victim, signal.SIGKILL)
+        self._sleep(0.3, 2.0)  # what is left of it may run on for a moment (zombie tasks)
+        _killpg(p)
+        p.wait(10)
+        self.supervise_spark()
+        return True
+
+    def f_spark_driver_pause(self) -> bool:
+        target = self.spark_target()
+        if target is None:
+            return False
+        w, p = target
+        jvm, _, _ = spark_processes(p.pid)
+        whole = jvm is None or self.rng.random() < 0.5
+        self.note("pause-spark-driver", worker=w, pid=p.pid, jvm=None if whole else jvm)
+        if whole:
+            _killpg(p, signal.SIGSTOP)
+        else:
+            _signal(jvm, signal.SIGSTOP)  # type: ignore[arg-type]
+        try:
+            self._sleep(0.5, 12.0)  # past the 10 s transaction timeout now and then
+        finally:
+            _killpg(p, signal.SIGCONT)
+            self.note("resume-spark-driver", worker=w)
+        return True
+
+    def f_spark_worker_kill(self) -> bool:
+        target = self.spark_target()
+        if target is None:
+            return False
+        w, p = target
+        _, daemons, workers = spark_processes(p.pid)
+        pool = workers if workers and self.rng.random() < 0.8 else daemons + workers
+        if not pool:
+            return False
+        victims = self.rng.sample(pool, min(len(pool), self.rng.randint(1, 2)))
+        self.note("kill-spark-python-workers", worker=w, pids=victims,
+                  cmds=[_cmdline(v)[-60:] for v in victims])
+        for v in victims:
+            _signal(v, signal.SIGKILL)
+        return True
+
+    def finish_spark(self) -> None:
+        """After the final read: drain the stream from its checkpoint, read its output."""
+        deadline = time.monotonic() + 400
+        (self.ctl / "drain").write_text("1")
+        drained = lambda: any(self.ctl.glob("drained-*"))  # noqa: E731
+        attempts = 0
+        while not drained() and time.monotonic() < deadline:
+            live = self.live_spark()
+            if live:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    live[0][1].wait(max(1.0, min(300.0, deadline - time.monotonic())))
+                if live[0][1].poll() is None:
+                    _killpg(live[0][1])
+                    live[0][1].wait(10)
+                continue
+            if attempts >= 3:
+                break
+            attempts += 1
+            self.start_spark(drain=True)
+        if not drained():
+            raise RuntimeError("the stream did not drain (see the s*.log files)")
+        self.final_read(reread=False)
+        reads: dict[str, list[list[Any]]] = {}
+        from txnlog.log_format.consumer import Consumer
+
+        c = Consumer(self.root, [OUT_TOPIC], isolation_level="read_committed")
+        for tp, batch in c.iter_batches():
+            rows = reads.setdefault(f"{tp.topic}-{tp.partition}", [])
+            rows.extend([o, v.decode() if isinstance(v, bytes) else v]
+                        for o, v in zip(batch.column("offset").to_pylist(),
+                                        batch.column("value").to_pylist(), strict=True))
+        with HistoryWriter(self.hist_dir / "final.jsonl", "final") as h:
+            h.write("stream-final", topic=OUT_TOPIC, reads=reads)
+
     def heal(self) -> None:
-        for p in self.workers:
+        for p in [*self.workers, *self.spark_drivers.values()]:
             if p.poll() is None:
-                _signal(p.pid, signal.SIGCONT)
+                _killpg(p, signal.SIGCONT)
         for c in self.coords:
             if c.proc.poll() is None:
                 _signal(c.pid, signal.SIGCONT)
@@ -482,7 +679,11 @@ class Scenario:
         client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
         for topic, n in workload.TOPICS.items():
             client.create_topic(topic, n, exist_ok=True)
+        if self.spark:
+            client.create_topic(OUT_TOPIC, OUT_PARTITIONS, exist_ok=True)
         self.deadline = time.monotonic() + p.duration
+        if self.spark:
+            self.start_spark()
         for _ in range(p.producers):
             self.start_producer(zombie_p=0.15 if self.fault in ("zombie", "mixed") else 0.0)
         for _ in range(p.consumers):
@@ -492,7 +693,8 @@ class Scenario:
             nemesis.start()
         # Producers stop at their transaction count or the duration; bounded wait.
         hard = time.monotonic() + p.duration + 60
-        while self.producers_running() and time.monotonic() < hard:
+        while (self.producers_running() or self.spark_jobs_running()) and \
+                time.monotonic() < hard:
             time.sleep(0.2)
             if time.monotonic() > self.deadline + 5:
                 self.stop_nemesis.set()
@@ -508,7 +710,10 @@ class Scenario:
                 self.note("worker-killed-at-end", pid=w.pid)
                 _signal(w.pid, signal.SIGKILL)
                 w.wait(10)
+        self.wait_spark_jobs(hard + 120)
         self.final_read()
+        if self.spark:
+            self.finish_spark()
         ops = list(read_history(self.hist_dir))
         res = checker.check(ops)
         (self.dir / "check.txt").write_text(res.summary() + "\n")
@@ -517,10 +722,28 @@ class Scenario:
             out.error = "no transaction committed: the run proves nothing (see the worker logs)"
         out.examples = res.anomalies
         for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records",
-                  "torn_above_lso"):
+                  "torn_above_lso", "stream_records"):
             setattr(out, k, res.stats.get(k, 0))
+        for t in checker.build_txns(ops).values():
+            if t.proc.startswith("s"):
+                out.spark_jobs[t.status] = out.spark_jobs.get(t.status, 0) + 1
+        if self.spark and not out.spark_jobs.get("committed"):
+            out.error = "no Spark job committed: the Spark run proves nothing"
 
-    def final_read(self) -> None:
+    def wait_spark_jobs(self, until: float) -> None:
+        """Every live driver's jobs are done (its last transaction decided) before the final
+        read; a driver that does not get there in time is killed (its jobs stay unknown)."""
+        while time.monotonic() < until:
+            live = self.live_spark()
+            if all((self.ctl / f"done-{w}").exists() for w, _ in live):
+                return
+            time.sleep(0.5)
+        for w, p in self.live_spark():
+            self.note("spark-killed-at-end", worker=w)
+            _killpg(p)
+            p.wait(10)
+
+    def final_read(self, reread: bool = True) -> None:
         """Once every partition's LSO reached its HW, read everything (both levels)."""
         endpoint = self.ensure_coordinator()
         client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
@@ -532,9 +755,7 @@ class Scenario:
                 snap = client.stable(publish=True)
                 parts = snap["partitions"]
                 if all(v["hw"] == v["lso"] for v in parts.values()) and \
-                        not any(client.describe_txn(f"chaos-{self.fault}{self.seed}-w{w}")
-                                .get("state") in ("Ongoing", "PrepareCommit", "PrepareAbort")
-                                for w in self.producers):
+                        not any(_txn_open(client, tid) for tid in self.txn_ids()):
                     break
             except Exception as exc:
                 self.note("final-wait", error=repr(exc))
@@ -542,12 +763,23 @@ class Scenario:
                 self.note("final-wait-timeout")
                 break
             time.sleep(0.5)
+        if not reread:
+            return
         with HistoryWriter(self.hist_dir / "final.jsonl", "final") as h:
             for iso in ("read_committed", "read_uncommitted"):
                 h.write("poll", mode="final", **workload.scan_op(self.root, iso))
 
+    def txn_ids(self) -> list[str]:
+        ids = [f"chaos-{self.fault}{self.seed}-w{w}" for w in self.producers]
+        return [*ids, self.spark_tid()] if self.spark else ids
+
     def cleanup(self) -> None:
         self.stop_nemesis.set()
+        for p in self.spark_drivers.values():
+            _killpg(p)
+            _killpg(p, signal.SIGCONT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(10)
         for w in self.workers:
             if w.poll() is None:
                 _signal(w.pid, signal.SIGKILL)

@@ -156,10 +156,41 @@ def test_phantom_read() -> None:
     assert kinds([poll({"a-0": [[0, 77]]}, mode="scan")]) == {"phantom-read"}
 
 
+def stream_out(*records: tuple[str, int, str]) -> dict[str, Any]:
+    """The stream's output topic as the harness records it: (out tp, offset, value)."""
+    reads: dict[str, list[list[Any]]] = {}
+    for tp, offset, value in records:
+        reads.setdefault(tp, []).append([offset, value])
+    return {"f": "stream-final", "proc": "final", "reads": reads, "t1": 0.0}
+
+
+# the committed input of CLEAN: a-0@0=1, a-0@5=4, b-0@0=2, b-0@2=5
+STREAM_OK = [("o-0", 0, "out:a-0:0:1"), ("o-1", 0, "out:b-0:0:2"),
+             ("o-0", 1, "out:a-0:5:4"), ("o-1", 1, "out:b-0:2:5")]
+
+
+def test_stream_exactly_once() -> None:
+    assert kinds([*CLEAN, stream_out(*STREAM_OK)]) == set()
+    assert check([*CLEAN, stream_out(*STREAM_OK)]).stats["stream_records"] == 4
+    assert kinds([*CLEAN, stream_out(*STREAM_OK[:3])]) == {"stream-lost"}
+    dup = ("o-1", 2, "out:a-0:0:1")
+    assert kinds([*CLEAN, stream_out(*STREAM_OK, dup)]) == {"stream-duplicate"}
+    # the aborted record of w1:1 (a-0@2=3) went through the pipeline
+    aborted = ("o-1", 2, "out:a-0:2:3")
+    assert kinds([*CLEAN, stream_out(*STREAM_OK, aborted)]) == {"stream-phantom"}
+    wrong_value = ("o-0", 1, "out:a-0:5:99")
+    assert kinds([*CLEAN, stream_out(*STREAM_OK[:2], wrong_value, STREAM_OK[3])]) == {
+        "stream-phantom"}
+    swapped = [("o-0", 0, "out:a-0:5:4"), ("o-1", 0, "out:b-0:0:2"),
+               ("o-0", 1, "out:a-0:0:1"), ("o-1", 1, "out:b-0:2:5")]
+    assert kinds([*CLEAN, stream_out(*swapped)]) == {"stream-order"}
+
+
 def test_every_anomaly_kind_has_a_test() -> None:
     tested = {"lost-write", "aborted-read", "torn-transaction", "duplicate",
               "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
-              "read-past-hw", "nonmonotonic-send", "phantom-read"}
+              "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
+              "stream-duplicate", "stream-phantom", "stream-order"}
     assert tested == set(ANOMALIES)
 
 
