@@ -392,6 +392,11 @@ class Scenario:
             c.kill()
         self._sleep(0.1, 0.8)
         self.supervise()
+        # The next kill comes 1.5-4 s after the new one serves: under load a start takes
+        # seconds, and kills faster than that starve the workload (50 transactions in 4 min).
+        for c in self.live_coordinators()[-1:]:
+            with contextlib.suppress(Exception):
+                c.wait_healthy(60)
 
     def f_coordinator_pause(self) -> None:
         live = self.live_coordinators()
@@ -855,16 +860,21 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """The docs/reliability.md table from results.json entries."""
     lines = ["| fault class | backend | transactions (committed / aborted / unknown) | records "
-             "| faults injected | anomalies | time |", "|---|---|---|---:|---:|---|---:|"]
+             "| of them Spark jobs (c / a / u) | stream records | faults injected | anomalies "
+             "| time |", "|---|---|---|---:|---|---:|---:|---|---:|"]
     for r in results:
+        jobs = r.get("spark_jobs") or {}
+        spark = (f"{sum(jobs.values())} ({jobs.get('committed', 0)} / {jobs.get('aborted', 0)}"
+                 f" / {jobs.get('unknown', 0)})" if jobs else "-")
+        stream = f"{r['stream_records']:,}" if r.get("stream_records") else "-"
         anomalies = ", ".join(f"{k} {n}" for k, n in sorted(r["anomalies"].items())) or "0"
         if r.get("torn_above_lso"):
             anomalies += f" (torn held back by the LSO: {r['torn_above_lso']})"
         if r.get("error"):
             anomalies += f"; error: {r['error']}"
-        lines.append(f"| {r['fault']} | {r['backend']} | {r['txns']} ({r['committed']} / "
-                     f"{r['aborted']} / {r['unknown']}) | {r['records']} | "
-                     f"{r['faults_injected']} | {anomalies} | {r['seconds']:.0f} s |")
+        lines.append(f"| {r['fault']} | {r['backend']} | {r['txns']:,} ({r['committed']:,} / "
+                     f"{r['aborted']} / {r['unknown']}) | {r['records']:,} | {spark} | {stream} "
+                     f"| {r['faults_injected']} | {anomalies} | {r['seconds']:.0f} s |")
     return "\n".join(lines)
 
 
@@ -880,11 +890,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--txns", type=int, default=None, help="override txns per producer")
     ap.add_argument("--duration", type=float, default=None, help="override seconds")
-    ap.add_argument("--table", type=Path, default=None,
-                    help="print the markdown table of a results.json and exit")
+    ap.add_argument("--table", type=Path, nargs="+", default=None,
+                    help="print the markdown table of results.json file(s) and exit")
     args = ap.parse_args(argv)
     if args.table is not None:
-        print(markdown_table(json.loads(args.table.read_text())))
+        print(markdown_table([r for path in args.table for r in json.loads(path.read_text())]))
         return 0
     profile = PROFILES["long" if args.long else args.profile]
     if args.txns or args.duration:

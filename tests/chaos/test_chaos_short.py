@@ -1,7 +1,8 @@
 """The short chaos profile as pytest tests: one fault class per test, every anomaly fails it.
 
 The default suite runs the classes that matter most in a few minutes; the rest are marked
-slow.
+slow. A Spark class costs a JVM start or more (its workload runs at least
+``Profile.spark_duration`` seconds), so the Spark classes are slow tests.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ DEFAULT_FILE = ["coordinator-kill", "coordinator-faultpoints", "zombie", "two-co
 SLOW_FILE = ["none", "coordinator-pause", "client-kill"]
 DEFAULT_S3 = ["s3-proxy", "s3-restart"]
 SLOW_S3 = ["coordinator-kill", "s3-pause", "zombie", "mixed"]
+SPARK = ["spark-worker-kill", "spark-driver-kill", "spark-driver-pause"]
 
 
 def _check(fault: str, backend: str, tmp_path: Path) -> None:
@@ -28,6 +30,9 @@ def _check(fault: str, backend: str, tmp_path: Path) -> None:
     assert res.error is None, res.error
     assert res.committed > 0
     assert not res.anomalies, (res.anomalies, res.examples, res.history)
+    if fault.startswith("spark-"):
+        assert res.spark_jobs.get("committed", 0) > 0, res.spark_jobs
+        assert res.stream_records > 0
 
 
 @pytest.mark.parametrize("fault", [*DEFAULT_FILE,
@@ -42,9 +47,16 @@ def test_chaos_s3(fault: str, tmp_path: Path) -> None:
     _check(fault, "s3", tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["file", "s3"])
+@pytest.mark.parametrize("fault", SPARK)
+def test_chaos_spark(fault: str, backend: str, tmp_path: Path) -> None:
+    _check(fault, backend, tmp_path)
+
+
 def test_scenario_classes_are_known() -> None:
     from .run import FILE_FAULTS, S3_FAULTS
 
-    assert set(DEFAULT_FILE + SLOW_FILE) <= set(FILE_FAULTS)
-    assert set(DEFAULT_S3 + SLOW_S3) <= set(S3_FAULTS)
+    assert set(DEFAULT_FILE + SLOW_FILE + SPARK) <= set(FILE_FAULTS)
+    assert set(DEFAULT_S3 + SLOW_S3 + SPARK) <= set(S3_FAULTS)
     assert Scenario.__init__ is not None
