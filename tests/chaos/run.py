@@ -612,7 +612,7 @@ class Scenario:
 
     def finish_spark(self) -> None:
         """After the final read: drain the stream from its checkpoint, read its output."""
-        deadline = time.monotonic() + 400
+        deadline = time.monotonic() + 900
         (self.ctl / "drain").write_text("1")
         drained = lambda: any(self.ctl.glob("drained-*"))  # noqa: E731
         attempts = 0
@@ -620,7 +620,7 @@ class Scenario:
             live = self.live_spark()
             if live:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    live[0][1].wait(max(1.0, min(300.0, deadline - time.monotonic())))
+                    live[0][1].wait(max(1.0, min(660.0, deadline - time.monotonic())))
                 if live[0][1].poll() is None:
                     _killpg(live[0][1])
                     live[0][1].wait(10)

@@ -94,7 +94,8 @@ class SparkWorker:
         src = (self.spark.readStream.format("txnlog")
                .option("subscribe", ",".join(TOPICS))
                .option("startingOffsets", "earliest")
-               .option("maxOffsetsPerTrigger", "400")
+               # small batches while faults fly (more commits to hit), one big one to drain
+               .option("maxOffsetsPerTrigger", "100000" if available_now else "400")
                .option("coordinator", opts["coordinator"])
                .load(self.root))
         out = src.selectExpr(
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--ctl", required=True, help="directory for ready/done/drain files")
     ap.add_argument("--drain-wait", type=float, default=300.0)
-    ap.add_argument("--drain-timeout", type=float, default=240.0)
+    ap.add_argument("--drain-timeout", type=float, default=600.0)
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--drain", action="store_true")
     args = ap.parse_args(argv)
