@@ -197,6 +197,7 @@ class Scenario:
         self.proxy: subprocess.Popen[bytes] | None = None
         self.proxy_endpoint: str | None = None
         self.mount: Path | None = None
+        self.tmpfs_mb = 0
         self.filler: Path | None = None
         self.stop_nemesis = threading.Event()
         self.lock = threading.RLock()
@@ -230,9 +231,16 @@ class Scenario:
         return f"s3://{BUCKET}/{self.fault}-{uuid.uuid4().hex[:8]}"
 
     def _mount_tmpfs(self, path: Path) -> Path:
-        """A small tmpfs, so the disk can really fill up (needs root; else a plain dir)."""
+        """A small tmpfs, so the disk can really fill up (needs root; else a plain dir).
+
+        Sized for the profile: every object takes at least a 4 KiB page there, and a long
+        run writes ~10,000 of them (~40 MiB), which alone would fill 48 MiB for good.
+        """
         path.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(path)],
+        p = self.profile
+        self.tmpfs_mb = 48 if p.producers * p.txns_per_producer <= 400 else 256
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.tmpfs_mb}m", "tmpfs",
+                            str(path)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             self.note("no-mount", error=r.stderr.strip())
@@ -479,7 +487,7 @@ class Scenario:
         self.note("disk-full")
         with contextlib.suppress(OSError), open(filler, "wb") as f:
             chunk = b"\0" * (1 << 20)
-            for _ in range(64):
+            for _ in range(self.tmpfs_mb + 1):  # until ENOSPC
                 f.write(chunk)
         self._sleep(0.5, 2.5)
         with contextlib.suppress(FileNotFoundError):
