@@ -247,11 +247,19 @@ def test_coordinator_killed_mid_run(story: Story) -> None:
 
 def test_two_copies_of_one_query(story: Story) -> None:
     story.add_input(per_key=30)
-    a, b = story.driver(), story.driver()
+    a = story.driver()
+    # The second copy starts once the first has created the checkpoint: started at the same
+    # instant they would only race on Spark's checkpoint `metadata` file, before either
+    # reaches the offset log or the coordinator, which is what this test is about.
+    deadline = time.monotonic() + 300
+    while not (story.ckpt / "metadata").exists():
+        assert a.proc.poll() is None and time.monotonic() < deadline, a.text()[-3000:]
+        time.sleep(0.2)
+    b = story.driver()
     rcs = [a.wait(600), b.wait(600)]
     texts = [a.text(), b.text()]
     print("exit codes", rcs)
-    # Started together on one checkpoint, the copies collide: one is fenced, by the
+    # Running together on one checkpoint, the copies collide: one is fenced, by the
     # coordinator (ProducerFenced) or by Spark's offset log, and says so.
     assert sorted(rcs) == [0, 1], texts
     loser = texts[rcs.index(1)]
