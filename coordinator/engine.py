@@ -211,8 +211,8 @@ class Engine:
         self.txns: dict[str, Txn] = {}
         self.reservations: dict[tuple[str, int, int], Reservation] = {}
         self.group_offsets: dict[str, dict[str, int]] = {}
-        # Completed transactions that still hold LSOs back (see hw_lso):
-        # [{"commit": bool, "parts": {"t-p": [first offset, past its markers]}}].
+        # Completed transactions that still hold LSOs back (see hw_lso): [{"commit": bool,
+        # "parts": {"t-p": [first offset, end of its records, end of its markers]}}].
         self.held: list[dict[str, Any]] = []
         self.log: TxnLog | None = None
         self.stable_seq = 0
@@ -380,19 +380,20 @@ class Engine:
         txn.plan = None
 
     def _hold(self, txn: Txn, plan: dict[str, Any], commit: bool) -> None:
-        """Remember where a completed transaction lies in each partition, from its first
-        reserved offset to past its markers, for as long as it holds LSOs back."""
+        """Remember, per partition where a completed transaction has records, its first
+        offset, the end of its records and the end of its markers, for as long as it holds
+        LSOs back (see hw_lso)."""
         ranges: dict[str, list[int]] = {}
         for t, p, b in txn.reservations:
             res = self.reservations.get((t, p, b))
             end = b + (res.count if res is not None else 1)
             key = pkey(t, p)
-            first, last = ranges.get(key, [b, end])
-            ranges[key] = [min(first, b), max(last, end)]
+            first, data_end, _ = ranges.get(key, [b, end, end])
+            ranges[key] = [min(first, b), max(data_end, end), max(data_end, end)]
         for topic, p, base, markers in plan.get("markers", []):
-            key = pkey(topic, p)
-            first, last = ranges.get(key, [base, base + len(markers)])
-            ranges[key] = [min(first, base), max(last, base + len(markers))]
+            rng = ranges.get(pkey(topic, p))
+            if rng is not None:  # markers where it wrote nothing hide nothing
+                rng[2] = max(rng[2], base + len(markers))
         if ranges:
             self.held.append({"commit": commit, "parts": ranges})
 
@@ -1232,10 +1233,16 @@ class Engine:
         def holds(entry: dict[str, Any]) -> list[str]:
             """Partitions the entry must hold at its first offset under ``out``."""
             parts = entry["parts"]
-            if entry["commit"]:
-                torn = any(out.get(k, (0, 0))[1] < end for k, (_f, end) in parts.items())
-                return list(parts) if torn else []
-            return [k for k, (_f, end) in parts.items() if out.get(k, (0, 0))[0] < end]
+            # Records below the LSO but their markers at or above the HW: readers may not
+            # have seen the .txnindex that hides aborted records (of an aborted transaction,
+            # or of the members a commit left out), so hold those partitions.
+            held = [k for k, (_f, _d, marker_end) in parts.items()
+                    if out.get(k, (0, 0))[0] < marker_end]
+            # A commit whose records are not all below the LSO somewhere holds everywhere.
+            if entry["commit"] and any(out.get(k, (0, 0))[1] < data_end
+                                       for k, (_f, data_end, _m) in parts.items()):
+                return list(parts)
+            return held
 
         pending = list(self.held)
         while pending:
