@@ -29,8 +29,17 @@ from .compression import Codec, compress
 from .crc import crc32c
 
 _UNIT_DIVISORS = {"us": 1000, "ns": 1_000_000}
-_EMPTY_I64 = np.zeros(1, np.int64)
+_EMPTY_I32 = np.zeros(1, np.int32)
 _EMPTY_U8 = np.zeros(1, np.uint8)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    """A read-only view: numba compiles one signature per array layout *and* writability, so
+    the kernel sees every array read-only (Arrow's buffers are) and compiles once, not once
+    per mix of present and missing columns."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 class EncodedRecords:
@@ -103,7 +112,7 @@ def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
     v_off, v_valid, v_data = _binary_parts(_column(columns, "value"), "value")
     key = _column(columns, "key")
     if key is None:
-        k_off, k_valid, k_data = np.zeros(n + 1, np.int64), np.zeros(n, np.uint8), _EMPTY_U8
+        k_off, k_valid, k_data = np.zeros(n + 1, np.int32), np.zeros(n, np.uint8), _EMPTY_U8
     else:
         k_off, k_valid, k_data = _binary_parts(key, "key")
     ts = _timestamps_ms(_column(columns, "timestamp"), n, now_ms)
@@ -113,12 +122,12 @@ def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
         h_list_off, h_list_valid, (hk_off, _, hk_data), (hv_off, hv_valid, hv_data) = \
             _header_parts(headers)
     else:
-        h_list_off, h_list_valid = _EMPTY_I64, _EMPTY_U8
-        hk_off = hv_off = _EMPTY_I64
+        h_list_off, h_list_valid = np.zeros(1, np.int64), _EMPTY_U8
+        hk_off = hv_off = _EMPTY_I32
         hk_data = hv_valid = hv_data = _EMPTY_U8
     attributes = int(codec) | (TRANSACTIONAL_FLAG if transactional else 0)
-    args = (v_off, v_valid, v_data, k_off, k_valid, k_data, ts, has_headers, h_list_off,
-            h_list_valid, hk_off, hk_data, hv_off, hv_valid, hv_data,
+    args = (*map(_ro, (v_off, v_valid, v_data, k_off, k_valid, k_data, ts)), has_headers,
+            *map(_ro, (h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid, hv_data)),
             max(int(max_batch_bytes), 0), attributes, int(producer_id), int(producer_epoch),
             int(base_sequence))
     positions = np.empty(n + 1, np.int64)
@@ -198,7 +207,7 @@ def _binary_parts(arr: pa.Array, what: str) -> tuple[np.ndarray, np.ndarray, np.
     n = len(arr)
     bufs = arr.buffers()
     if n == 0 or bufs[1] is None:
-        return np.zeros(n + 1, np.int64), np.zeros(n, np.uint8), _EMPTY_U8
+        return np.zeros(n + 1, np.int32), np.zeros(n, np.uint8), _EMPTY_U8
     off = np.frombuffer(bufs[1], dtype)[arr.offset:arr.offset + n + 1]  # kernels take both
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else _EMPTY_U8
     return off, _validity(arr), data

@@ -24,6 +24,19 @@ from s3_server import S3Server
 BUCKET = "txnlog-tests"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels() -> None:
+    """Compile (or load) the codec's numba kernels once, before any test starts a clock.
+
+    On a clean clone the first encode compiles for seconds; several worker processes of a
+    chaos run racing to do it at once starved a 10-second workload in CI (0 commits). The
+    compiled code is cached on disk, so the subprocesses the tests start load it instantly.
+    """
+    from txnlog.log_format.warmup import warm_up
+
+    warm_up()
+
+
 @pytest.fixture
 def file_root(tmp_path: Path) -> str:
     root = tmp_path / "root"

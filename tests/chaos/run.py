@@ -840,6 +840,9 @@ def restart_s3(server: S3Server, down_s: float = 0.5) -> None:
 # ====================================================================== CLI
 def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path, seed: int,
             unsafe: str = "", log: Callable[[str], None] = print) -> list[Outcome]:
+    from txnlog.log_format.warmup import warm_up
+
+    warm_up()  # compile the codec once here, not in every worker inside the fault clock
     results: list[Outcome] = []
     for backend in backends:
         s3: S3Server | None = None
