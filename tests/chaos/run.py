@@ -901,6 +901,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--txns", type=int, default=None, help="override txns per producer")
     ap.add_argument("--duration", type=float, default=None, help="override seconds")
+    ap.add_argument("--producers", type=int, default=None, help="override producer count")
     ap.add_argument("--table", type=Path, nargs="+", default=None,
                     help="print the markdown table of results.json file(s) and exit")
     args = ap.parse_args(argv)
@@ -908,9 +909,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table([r for path in args.table for r in json.loads(path.read_text())]))
         return 0
     profile = PROFILES["long" if args.long else args.profile]
-    if args.txns or args.duration:
-        profile = Profile(profile.producers, args.txns or profile.txns_per_producer,
-                          args.duration or profile.duration, profile.consumers)
+    if args.txns or args.duration or args.producers:
+        profile = replace(profile, producers=args.producers or profile.producers,
+                          txns_per_producer=args.txns or profile.txns_per_producer,
+                          duration=args.duration or profile.duration)
     faults = (list(dict.fromkeys(FILE_FAULTS + S3_FAULTS)) if args.faults == "all"
               else args.faults.split(","))
     out = args.out or Path(tempfile.mkdtemp(prefix="txnlog-chaos-"))
