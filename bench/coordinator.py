@@ -87,9 +87,10 @@ def _txn_writer_proc(endpoint: str, root: str, topic: str, parts: int, threads: 
             if not all(ok):
                 raise RuntimeError("a data object was fenced: the bench is broken")
             n_puts += len(ok)
-            c.confirm(pid, ep, [(t, p, b) for (t, p), b in res.items()])
             t1 = time.monotonic()
-            answer = c.end_txn(tid, pid, ep, True)
+            # Confirm rides in EndTxn (what TransactionalProducer.commit_transaction does).
+            answer = c.end_txn(tid, pid, ep, True,
+                               written=[(t, p, b) for (t, p), b in res.items()])
             t2 = time.monotonic()
             pid, ep = answer["producer_id"], answer["epoch"]
             local.append((time.time(), (t2 - t1) * 1000))

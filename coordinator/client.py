@@ -2,8 +2,11 @@
 
 Spark tasks and the driver are synchronous, so this is too. It keeps no live connection in
 the object (it pickles into tasks); connections come from a module-level keep-alive pool per
-(process, endpoint), which Spark's reused Python workers share. Every coordinator error
-arrives as the exception class of its Kafka name (``errors.ProducerFencedError``, ...).
+(process, endpoint), which Spark's reused Python workers share. HTTP/1.1 is spoken directly
+on the socket (the coordinator always answers with Content-Length): a fraction of urllib3's
+CPU per call, which matters because writers share cores with the coordinator. Every
+coordinator error arrives as the exception class of its Kafka name
+(``errors.ProducerFencedError``, ...).
 
 Retries are bounded and only where a repeat is safe: connection failures and the retriable
 Kafka errors (CoordinatorLoadInProgress, ConcurrentTransactions, KafkaStorageError). Every
@@ -15,13 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlparse
-
-import urllib3
 
 from .errors import (
     ConcurrentTransactionsError,
@@ -35,26 +37,126 @@ from .errors import (
 
 TopicPartition = tuple[str, int]
 RETRIABLE = (CoordinatorLoadInProgressError, ConcurrentTransactionsError, KafkaStorageError)
-
-_pools: dict[tuple[int, str], urllib3.HTTPConnectionPool] = {}
-_pools_lock = threading.Lock()
+CONNECT_TIMEOUT = 5.0
 
 
-def _pool(endpoint: str) -> urllib3.HTTPConnectionPool:
+class _ProtocolError(OSError):
+    """The answer was not the HTTP/1.1 we expect (treated like a broken connection)."""
+
+
+class _Conn:
+    """One keep-alive HTTP/1.1 connection, spoken directly over a socket.
+
+    The coordinator answers every request with ``Content-Length``; parsing that by hand is
+    a few microseconds, where urllib3 + http.client cost ~100 us of a writer's CPU per call
+    (writers share the cores with the coordinator in the bench and on Spark executors).
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host_header = f"{host}:{port}".encode()
+        self.sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def request(self, method: str, path: str, body: bytes, timeout: float
+                ) -> tuple[int, bytes, bool]:
+        """(status, body, keep_alive) of one request."""
+        self.sock.settimeout(timeout)
+        head = (f"{method} {path} HTTP/1.1\r\nHost: ".encode() + self.host_header
+                + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode() + b"\r\n\r\n")
+        self.sock.sendall(head + body)
+        buf = self.buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise _ProtocolError("connection closed before the response headers")
+            buf += chunk
+        lines = buf[:end].split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise _ProtocolError(f"not an HTTP response: {lines[0][:80]!r}")
+        status = int(parts[1])
+        length = -1
+        keep = parts[0] == b"HTTP/1.1"
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"connection":
+                keep = value.strip().lower() == b"keep-alive"
+            elif name == b"transfer-encoding":
+                raise _ProtocolError("chunked responses are not expected")
+        buf = buf[end + 4:]
+        if length < 0:  # body until close
+            keep = False
+            while chunk := self.sock.recv(65536):
+                buf += chunk
+            length = len(buf)
+        while len(buf) < length:
+            chunk = self.sock.recv(max(65536, length - len(buf)))
+            if not chunk:
+                raise _ProtocolError("connection closed inside the response body")
+            buf += chunk
+        self.buf = buf[length:]
+        return status, buf[:length], keep
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+_idle: dict[tuple[int, str], list[_Conn]] = {}
+_idle_lock = threading.Lock()
+
+
+def _address(endpoint: str) -> tuple[str, int]:
+    u = urlparse(endpoint)
+    if u.scheme != "http" or not u.hostname:
+        raise ValueError(f"coordinator endpoint must be http://host:port, got {endpoint!r}")
+    return u.hostname, u.port or 80
+
+
+def _take(endpoint: str) -> tuple[_Conn, bool]:
+    """An idle keep-alive connection of this process (reused=True) or a new one."""
     key = (os.getpid(), endpoint)
-    pool = _pools.get(key)
-    if pool is None:
-        with _pools_lock:
-            pool = _pools.get(key)
-            if pool is None:
-                u = urlparse(endpoint)
-                if u.scheme != "http" or not u.hostname:
-                    raise ValueError(f"coordinator endpoint must be http://host:port, "
-                                     f"got {endpoint!r}")
-                pool = urllib3.HTTPConnectionPool(u.hostname, u.port or 80, maxsize=32,
-                                                  block=False, retries=False)
-                _pools[key] = pool
-    return pool
+    with _idle_lock:
+        conns = _idle.get(key)
+        if conns:
+            return conns.pop(), True
+    return _Conn(*_address(endpoint)), False
+
+
+def _give(endpoint: str, conn: _Conn) -> None:
+    key = (os.getpid(), endpoint)
+    with _idle_lock:
+        conns = _idle.setdefault(key, [])
+        if len(conns) < 64:
+            conns.append(conn)
+            return
+    conn.close()
+
+
+def _http(endpoint: str, method: str, path: str, body: bytes, timeout: float
+          ) -> tuple[int, bytes]:
+    """One request on a pooled connection; a reused one that turns out closed by the
+    server (idle keep-alive) is retried once on a new connection (every call is safe to
+    repeat). Raises OSError when the coordinator cannot be reached."""
+    for _ in range(2):
+        conn, reused = _take(endpoint)
+        try:
+            status, data, keep = conn.request(method, path, body, timeout)
+        except (OSError, ValueError) as exc:
+            conn.close()
+            if reused and not isinstance(exc, TimeoutError):
+                continue
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        if keep:
+            _give(endpoint, conn)
+        else:
+            conn.close()
+        return status, data
+    raise AssertionError("unreachable")
 
 
 class CoordinatorUnavailableError(NotCoordinatorError):
@@ -75,28 +177,25 @@ class CoordinatorClient:
     # ------------------------------------------------------------------ transport
     def call(self, op: str, body: Mapping[str, Any]) -> Any:
         """POST /v1/<op>; returns the JSON answer or raises the named Kafka error."""
-        payload = json.dumps(body).encode()
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        path = f"/v1/{op}"
         deadline = time.monotonic() + self.retry_for
         delay = 0.05
         while True:
             try:
-                resp = _pool(self.endpoint).urlopen(
-                    "POST", f"/v1/{op}", body=payload,
-                    headers={"Content-Type": "application/json"},
-                    timeout=urllib3.Timeout(connect=5.0, read=self.timeout),
-                    preload_content=True, retries=False)
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                status, data = _http(self.endpoint, "POST", path, payload, self.timeout)
+            except OSError as exc:
                 if time.monotonic() + delay > deadline:
                     raise CoordinatorUnavailableError(
                         f"coordinator {self.endpoint} unreachable for {op}: {exc}") from exc
             else:
                 try:
-                    answer = json.loads(resp.data) if resp.data else {}
+                    answer = json.loads(data) if data else {}
                 except ValueError:
                     raise UnknownServerError(
-                        f"{op}: HTTP {resp.status} with a non-JSON body from "
+                        f"{op}: HTTP {status} with a non-JSON body from "
                         f"{self.endpoint}") from None
-                if resp.status == 200:
+                if status == 200:
                     return answer
                 err = error_from_json(answer if isinstance(answer, dict) else {})
                 if not isinstance(err, RETRIABLE) or time.monotonic() + delay > deadline:
@@ -107,12 +206,10 @@ class CoordinatorClient:
     def healthy(self, timeout: float = 2.0) -> bool:
         """True when /healthz answers 200 (recovered and serving)."""
         try:
-            resp = _pool(self.endpoint).urlopen(
-                "GET", "/healthz", timeout=urllib3.Timeout(connect=timeout, read=timeout),
-                retries=False)
-        except (urllib3.exceptions.HTTPError, OSError):
+            status, _ = _http(self.endpoint, "GET", "/healthz", b"", timeout)
+        except OSError:
             return False
-        return resp.status == 200
+        return status == 200
 
     # ----------------------------------------------------------------- producers
     def init_producer_id(self, transactional_id: str | None = None,
@@ -170,18 +267,23 @@ class CoordinatorClient:
         return out
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
-                members: list[int] | None = None, batch_id: int | None = None
-                ) -> dict[str, Any]:
+                members: list[int] | None = None, batch_id: int | None = None,
+                written: Iterable[tuple[str, int, int]] | None = None) -> dict[str, Any]:
         """Commit or abort; answers after the stable snapshot shows the outcome.
 
         ``members``: member producer ids to commit (None = all); others are aborted.
+        ``written``: [(topic, partition, base_offset)] this producer wrote and has not
+        confirmed yet: confirmed in the same step (one RPC less than confirm + end_txn).
         Returns {"outcome", "producer_id", "epoch"}: the (pid, epoch) for the next
         transaction (the epoch is bumped on every EndTxn, as in KIP-890).
         """
-        return self.call("end_txn", {"transactional_id": transactional_id,
-                                     "producer_id": producer_id, "epoch": epoch,
-                                     "commit": commit, "members": members,
-                                     "batch_id": batch_id})
+        body: dict[str, Any] = {"transactional_id": transactional_id,
+                                "producer_id": producer_id, "epoch": epoch,
+                                "commit": commit, "members": members, "batch_id": batch_id}
+        if written:
+            body["written"] = [{"topic": t, "partition": p, "base_offset": b}
+                               for t, p, b in written]
+        return self.call("end_txn", body)
 
     def begin_batch(self, transactional_id: str, batch_id: int,
                     transaction_timeout_ms: int = 60_000) -> dict[str, Any]:

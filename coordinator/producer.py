@@ -101,6 +101,9 @@ class _Producer:
         self._seq: dict[tuple[str, int], int] = {}
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
+        # Written but not yet confirmed: EndTxn confirms them (kept until it succeeds, so a
+        # retried commit still names them and needs no storage check).
+        self._unconfirmed: list[tuple[str, int, int]] = []
 
     # ------------------------------------------------------------------ helpers
     def _check(self, *allowed: _State) -> None:
@@ -180,8 +183,12 @@ class _Producer:
                             transactional=self.transactional_id is not None,
                             compression=self.compression, max_batch_bytes=self.batch_size)
 
-    def _flush(self, wait_stable: bool = False) -> None:
-        """Reserve, write put-if-absent, confirm everything buffered (caller holds the lock)."""
+    def _flush(self, wait_stable: bool = False, confirm: bool = True) -> None:
+        """Reserve, write put-if-absent, confirm everything buffered (caller holds the lock).
+
+        ``confirm=False`` (commit): the written ranges go to ``_unconfirmed`` and are
+        confirmed by EndTxn itself, one RPC less per transaction.
+        """
         if not self._buffers:
             return
         buffers, futures = self._buffers, self._futures
@@ -210,8 +217,11 @@ class _Producer:
                 "(the transaction was aborted, e.g. after a timeout or a newer instance)")
             self._fenced(exc)
             raise exc
-        self.client.confirm(self.producer_id, self.epoch,
-                            [(t, p, bases[(t, p)]) for t, p in encoded], wait_stable=wait_stable)
+        written = [(t, p, bases[(t, p)]) for t, p in encoded]
+        if confirm:
+            self.client.confirm(self.producer_id, self.epoch, written, wait_stable=wait_stable)
+        else:
+            self._unconfirmed += written
         self._buffers, self._futures, self._buffered = {}, {}, 0
         for tp, futs in futures.items():
             for i, f in enumerate(futs):
@@ -246,6 +256,7 @@ class TransactionalProducer(_Producer):
         self.producer_id, self.epoch = self.client.init_producer_id(
             self.transactional_id, self.transaction_timeout_ms)
         self._seq.clear()
+        self._unconfirmed = []
         self._state = _State.READY
 
     def begin_transaction(self) -> None:
@@ -284,10 +295,12 @@ class TransactionalProducer(_Producer):
 
     def _end(self, commit: bool) -> None:
         try:
-            r = self.client.end_txn(self.transactional_id, self.producer_id, self.epoch, commit)
+            r = self.client.end_txn(self.transactional_id, self.producer_id, self.epoch, commit,
+                                    written=self._unconfirmed)
         except ProducerFencedError as exc:
             self._fenced(exc)
             raise
+        self._unconfirmed = []
         self.producer_id, self.epoch = r["producer_id"], r["epoch"]
         self._seq.clear()  # a new epoch starts its sequences at 0 (KIP-890)
         self._state = _State.READY
@@ -296,7 +309,7 @@ class TransactionalProducer(_Producer):
         """Flush, then commit; returns once readers can see the whole transaction."""
         with self._lock:
             self._check(_State.IN_TRANSACTION)
-            self._flush()
+            self._flush(confirm=False)
             self._end(True)
 
     def abort_transaction(self) -> None:

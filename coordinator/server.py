@@ -373,9 +373,11 @@ async def _committed(e: Engine, b: dict[str, Any]) -> Any:
 async def _end_txn(e: Engine, b: dict[str, Any]) -> Any:
     members = b.get("members")
     batch = b.get("batch_id")
+    written = b.get("written")
     return await e.end_txn(b["transactional_id"], int(b["producer_id"]), int(b["epoch"]),
                            bool(b["commit"]), None if members is None else
-                           [int(m) for m in members], None if batch is None else int(batch))
+                           [int(m) for m in members], None if batch is None else int(batch),
+                           _parts(written, "base_offset") if written else None)
 
 
 async def _begin_batch(e: Engine, b: dict[str, Any]) -> Any:
