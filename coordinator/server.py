@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
@@ -38,6 +37,7 @@ from .errors import (
     NotCoordinatorError,
     UnknownServerError,
 )
+from .http import HttpServer, Reply
 from .txn_log import Recovered, TxnLog, recover
 
 log = logging.getLogger("txnlog.coordinator.server")
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     root_logger = logging.getLogger()
     root_logger.handlers[:] = [handler]
     root_logger.setLevel(args.log_level.upper())
-    for noisy in ("aiohttp.access", "botocore", "s3fs", "aiobotocore", "fsspec"):
+    for noisy in ("botocore", "s3fs", "aiobotocore", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return asyncio.run(Coordinator(args).main())
 
@@ -170,15 +170,8 @@ class Coordinator:
 
     # ------------------------------------------------------------------ lifecycle
     async def main(self) -> int:
-        app = web.Application(client_max_size=64 << 20)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/metrics", self.metrics_view)
-        app.router.add_post("/v1/{op}", self.dispatch)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.args.host, self.args.port, reuse_address=True)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        http = HttpServer(self.route)
+        port = await http.start(self.args.host, self.args.port)
         host = self.args.host if self.args.host not in ("0.0.0.0", "::") else "127.0.0.1"
         self.endpoint = f"http://{host}:{port}"
         loop = asyncio.get_running_loop()
@@ -190,7 +183,7 @@ class Coordinator:
             await self.engine.start(self._make_log, recovered)
         except CoordinatorError as exc:
             log.critical("start-up failed: %s", exc)
-            await runner.cleanup()
+            await http.close()
             return EXIT_FENCED if isinstance(exc, NotCoordinatorError) else EXIT_FATAL
         self.ready = True
         log.info("coordinator epoch %d serving %s at %s (log offset %d, %d transactional ids)",
@@ -213,7 +206,7 @@ class Coordinator:
                     await asyncio.to_thread(self._unregister)
         for t in tasks:
             t.cancel()
-        await runner.cleanup()
+        await http.close()
         log.info("stopped with status %d", self.exit_code)
         return self.exit_code
 
@@ -271,19 +264,25 @@ class Coordinator:
                 return
 
     # ------------------------------------------------------------------ handlers
-    async def healthz(self, request: web.Request) -> web.Response:
+    async def route(self, method: str, path: str, body: bytes) -> Reply:
+        if path.startswith("/v1/"):
+            if method != "POST":
+                return 405, _json({"error": "method not allowed"})
+            return await self.dispatch(path[4:], body)
+        if path == "/healthz" and method == "GET":
+            return self.healthz()
+        if path == "/metrics" and method == "GET":
+            return 200, generate_latest(self.metrics.registry), b"text/plain; version=0.0.4"
+        return 404, _json({"error": f"no route {method} {path}"})
+
+    def healthz(self) -> Reply:
         if self.ready and not self.stopping:
-            return web.json_response({"status": "ok", "epoch": self.engine.coordinator_epoch,
-                                      "pid": os.getpid()})
+            return 200, _json({"status": "ok", "epoch": self.engine.coordinator_epoch,
+                               "pid": os.getpid()})
         status = "fenced" if self.fatal else ("stopping" if self.stopping else "loading")
-        return web.json_response({"status": status}, status=503)
+        return 503, _json({"status": status})
 
-    async def metrics_view(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.metrics.registry),
-                            content_type="text/plain")
-
-    async def dispatch(self, request: web.Request) -> web.Response:
-        op = request.match_info["op"]
+    async def dispatch(self, op: str, raw: bytes) -> Reply:
         self.last_request = time.monotonic()
         handler = OPERATIONS.get(op)
         try:
@@ -295,7 +294,7 @@ class Coordinator:
             if not self.ready:
                 raise CoordinatorLoadInProgressError("the coordinator is loading its log")
             try:
-                body = json.loads(await request.read())
+                body = json.loads(raw)
             except ValueError as exc:
                 raise InvalidRequestError(f"request body is not JSON: {exc}") from None
             if not isinstance(body, dict):
@@ -307,18 +306,21 @@ class Coordinator:
                     raise
                 raise InvalidRequestError(f"bad {op} request: {exc!r}") from None
             self.metrics.request_ok(op)
-            return web.Response(body=json.dumps(result).encode(),
-                                content_type="application/json")
+            return 200, _json(result)
         except CoordinatorError as exc:
             if self.fatal is not None and not isinstance(exc, NotCoordinatorError):
                 exc = NotCoordinatorError(f"this coordinator stopped: {self.fatal}")
             self.metrics.requests.labels(op, exc.name).inc()
-            return web.json_response(exc.to_json(), status=exc.http_status)
+            return exc.http_status, _json(exc.to_json())
         except Exception as exc:
             log.exception("%s failed", op)
             err = UnknownServerError(f"{op}: {exc!r}")
             self.metrics.requests.labels(op, err.name).inc()
-            return web.json_response(err.to_json(), status=500)
+            return 500, _json(err.to_json())
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _parts(items: list[dict[str, Any]], *fields: str) -> list[dict[str, Any]]:
