@@ -75,7 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-exit-s", type=float, default=0.0,
                         help="exit after this many seconds without requests or open "
                              "transactions (0 = never; the embedded coordinator uses it)")
-    parser.add_argument("--snapshot-every-records", type=int, default=50_000)
+    parser.add_argument("--snapshot-every-records", type=int, default=20_000,
+                        help="snapshot the coordinator's log after this many records ...")
+    parser.add_argument("--snapshot-every-objects", type=int, default=200,
+                        help="... or this many log objects (one GET each in a replay) ...")
+    parser.add_argument("--snapshot-every-s", type=float, default=5.0,
+                        help="... or this many seconds with records, whichever comes first")
     parser.add_argument("--stable-keep", type=int, default=10)
     parser.add_argument("--no-register", action="store_true",
                         help="do not write _coordinator.json")
@@ -178,17 +183,22 @@ class Coordinator:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
         log.info("coordinator for %s listening on %s; loading", self.storage.url, self.endpoint)
+        t0 = time.monotonic()
         try:
             recovered = await asyncio.to_thread(recover, self.storage)
+            log.info("recovery read %s: snapshot %s, %d log objects, %d records in %.2f s",
+                     self.storage.url, recovered.snapshot_offsets[-1:] or "none",
+                     recovered.objects, len(recovered.records), recovered.seconds)
             await self.engine.start(self._make_log, recovered)
         except CoordinatorError as exc:
             log.critical("start-up failed: %s", exc)
             await http.close()
             return EXIT_FENCED if isinstance(exc, NotCoordinatorError) else EXIT_FATAL
         self.ready = True
-        log.info("coordinator epoch %d serving %s at %s (log offset %d, %d transactional ids)",
-                 self.engine.coordinator_epoch, self.storage.url, self.endpoint,
-                 self.engine.log.next_offset, len(self.engine.txns))  # type: ignore[union-attr]
+        log.info("coordinator epoch %d serving %s at %s (log offset %d, %d transactional ids, "
+                 "%.2f s after loading began)", self.engine.coordinator_epoch, self.storage.url,
+                 self.endpoint, self.engine.log.next_offset,  # type: ignore[union-attr]
+                 len(self.engine.txns), time.monotonic() - t0)
         tasks = []
         if not self.args.no_register:
             await asyncio.to_thread(self._register)
@@ -215,7 +225,10 @@ class Coordinator:
                       snapshot_offsets=recovered.snapshot_offsets,
                       protected_fn=lambda: list(engine.takeover_offsets),
                       on_fatal=self._on_fatal,
-                      snapshot_every_records=self.args.snapshot_every_records)
+                      snapshot_every_records=self.args.snapshot_every_records,
+                      snapshot_every_objects=self.args.snapshot_every_objects,
+                      snapshot_every_s=self.args.snapshot_every_s,
+                      replayed=(len(recovered.records), recovered.objects))
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc

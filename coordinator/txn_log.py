@@ -55,10 +55,18 @@ class Recovered:
     records: list[LogRecord]
     next_offset: int
     snapshot_offsets: list[int] = field(default_factory=list)
+    objects: int = 0  # log objects replayed after the snapshot
+    seconds: float = 0.0  # how long reading them took
 
 
-def recover(storage: Storage) -> Recovered:
-    """Read the newest snapshot and every log object after it (blocking; run in a thread)."""
+def recover(storage: Storage, fetch_threads: int = 32) -> Recovered:
+    """Read the newest snapshot and every log object after it (blocking; run in a thread).
+
+    The objects after the snapshot are fetched in parallel: on S3 one GET is a round trip
+    of several ms, and replaying hundreds of objects one by one made a restart take
+    seconds. They are decoded in offset order and must be contiguous.
+    """
+    t0 = time.monotonic()
     objects = storage.list(LOG_DIR)
     snaps = sorted(int(o.name[:20]) for o in objects if o.name.endswith(".snapshot"))
     bases = sorted(int(o.name[:20]) for o in objects if o.name.endswith(".log"))
@@ -67,19 +75,20 @@ def recover(storage: Storage) -> Recovered:
     if snaps:
         start = snaps[-1]
         state = json.loads(storage.get(snapshot_path(start)))
+    todo = [b for b in bases if b >= start]
+    with ThreadPoolExecutor(max_workers=max(1, min(fetch_threads, len(todo)))) as pool:
+        datas = list(pool.map(lambda b: storage.get(log_path(b)), todo))
     records: list[LogRecord] = []
     offset = start
-    for base in bases:
-        if base < start:
-            continue
+    for base, data in zip(todo, datas, strict=True):
         if base != offset:
             raise KafkaStorageError(
                 f"{LOG_DIR} has a gap: expected an object at offset {offset}, found {base}")
-        data = storage.get(log_path(base))
         for batch in decode_batches(data, source=log_path(base)):
             records.extend(from_kafka_record(r) for r in batch.records)
             offset = batch.header.next_offset
-    return Recovered(state, records, offset, snaps)
+    return Recovered(state, records, offset, snaps, objects=len(todo),
+                     seconds=time.monotonic() - t0)
 
 
 class TxnLog:
@@ -91,8 +100,16 @@ class TxnLog:
                  on_fatal: Callable[[BaseException], None],
                  snapshot_offsets: list[int] | None = None,
                  max_batch_records: int = 5000,
-                 snapshot_every_records: int = 50_000,
-                 snapshot_every_s: float = 300.0) -> None:
+                 snapshot_every_records: int = 20_000,
+                 snapshot_every_objects: int = 200,
+                 snapshot_every_s: float = 5.0,
+                 replayed: tuple[int, int] = (0, 0),
+                 snapshot_after_replay: int = 8) -> None:
+        """``replayed``: (records, objects) recovery read after the newest snapshot. They
+        count towards the next snapshot, and when at least ``snapshot_after_replay`` objects
+        were replayed the first write (the takeover) is snapshotted at once: a coordinator
+        restarted again soon (a crash loop, the chaos harness's kills) must not replay the
+        same objects again, and each restart would otherwise replay more."""
         self.storage = storage
         self.next_offset = next_offset
         self._snapshot_fn = snapshot_fn
@@ -101,12 +118,15 @@ class TxnLog:
         self._snapshots = list(snapshot_offsets or [])
         self.max_batch_records = max_batch_records
         self.snapshot_every_records = snapshot_every_records
+        self.snapshot_every_objects = snapshot_every_objects
         self.snapshot_every_s = snapshot_every_s
         self._pending: list[tuple[LogRecord, asyncio.Future[None] | None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_future: asyncio.Future[None] | None = None
-        self._since_snapshot = 0
+        self._since_snapshot = replayed[0]
+        self._objects_since_snapshot = replayed[1]
+        self._snapshot_now = snapshot_after_replay > 0 and replayed[1] >= snapshot_after_replay
         self._last_snapshot_t = time.monotonic()
         self._snapshot_task: asyncio.Task[None] | None = None
         self.failed: BaseException | None = None
@@ -162,7 +182,11 @@ class TxnLog:
                 await self._write_one()
 
     def _snapshot_due(self) -> bool:
-        return (self._since_snapshot >= self.snapshot_every_records
+        """Whichever comes first: records, objects (what a replay on S3 pays for: one GET
+        each) or seconds of activity since the last snapshot, or a long replay at start."""
+        return (self._snapshot_now
+                or self._since_snapshot >= self.snapshot_every_records
+                or self._objects_since_snapshot >= self.snapshot_every_objects
                 or (self._since_snapshot > 0
                     and time.monotonic() - self._last_snapshot_t >= self.snapshot_every_s))
 
@@ -198,11 +222,14 @@ class TxnLog:
         self.records_written += len(batch)
         self.next_offset = base + len(batch)
         self._since_snapshot += len(batch)
+        self._objects_since_snapshot += 1
         for _, fut in batch:
             if fut is not None and not fut.done():
                 fut.set_result(None)
         if snapshot is not None:
             self._since_snapshot = 0
+            self._objects_since_snapshot = 0
+            self._snapshot_now = False
             self._last_snapshot_t = time.monotonic()
             self._snapshot_task = asyncio.get_running_loop().create_task(
                 self._write_snapshot(self.next_offset, snapshot))

@@ -264,3 +264,70 @@ def test_graceful_sigterm_exits_zero_and_unregisters(tmp_path: Path) -> None:
     proc.client().create_topic("t", 1)
     assert proc.stop() == 0
     assert not Storage.for_url(root).exists(layout.COORDINATOR_FILE)
+
+
+def _snapshots(st: Storage) -> list[int]:
+    return sorted(int(o.name[:20]) for o in st.list(layout.TRANSACTION_STATE_DIR)
+                  if o.name.endswith(".snapshot"))
+
+
+def _recovery_line(proc: CoordinatorProc) -> str:
+    return next(line for line in proc.log_text().splitlines() if "recovery read" in line)
+
+
+def test_snapshot_by_objects_and_after_a_long_replay(tmp_path: Path) -> None:
+    """Snapshots come every --snapshot-every-objects log objects, and a coordinator that
+    had to replay many objects snapshots right after its takeover, so a restart loop never
+    replays the same objects again; state survives every restart (SIGKILL)."""
+    root = (tmp_path / "root").as_uri()
+    st = Storage.for_url(root)
+    never = ["--snapshot-every-records", "1000000", "--snapshot-every-s", "100000"]
+    # 1: no snapshot at all while it runs (thresholds out of reach)
+    proc = CoordinatorProc(root, log_path=tmp_path / "c1.log",
+                           extra=[*never, "--snapshot-every-objects", "1000000"])
+    proc.wait_healthy()
+    c = proc.client()
+    c.create_topic("t", PARTS)
+    pid, ep = c.init_producer_id("tx")
+    for i in range(6):  # each transaction is several sequential log objects
+        run_txn(c, st, "tx", pid, ep, f"a{i}")
+        out = c.end_txn("tx", pid, ep, True)
+        pid, ep = out["producer_id"], out["epoch"]
+    assert _snapshots(st) == []
+    proc.kill()
+    # 2: replays them all, then snapshots at once (takeover) and every 4 objects after that
+    proc2 = CoordinatorProc(root, log_path=tmp_path / "c2.log",
+                            extra=[*never, "--snapshot-every-objects", "4"])
+    proc2.wait_healthy()
+    assert " 0 log objects" not in _recovery_line(proc2)
+    deadline = time.monotonic() + 30
+    while not _snapshots(st) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = _snapshots(st)
+    assert first, proc2.log_tail()
+    c2 = proc2.client()
+    for i in range(4):
+        run_txn(c2, st, "tx", pid, ep, f"b{i}")
+        out = c2.end_txn("tx", pid, ep, True)
+        pid, ep = out["producer_id"], out["epoch"]
+    deadline = time.monotonic() + 30
+    while _snapshots(st)[-1:] == first[-1:] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _snapshots(st)[-1] > first[-1], proc2.log_tail()
+    proc2.kill()
+    # 3: recovers from the newest snapshot plus the few objects after it, state intact
+    proc3 = CoordinatorProc(root, log_path=tmp_path / "c3.log")
+    proc3.wait_healthy()
+    try:
+        line = _recovery_line(proc3)
+        assert "snapshot none" not in line
+        c3 = proc3.client()
+        desc = c3.describe_txn("tx")
+        assert (desc["producer_id"], desc["epoch"]) == (pid, ep)
+        assert committed_values(st) == [[f"{x}{i}-{p}".encode() for x, n in (("a", 6), ("b", 4))
+                                         for i in range(n)] for p in range(PARTS)]
+        assert_consistent(st)
+        run_txn(c3, st, "tx", pid, ep, "c")
+        assert c3.end_txn("tx", pid, ep, True)["outcome"] == "commit"
+    finally:
+        proc3.stop()
