@@ -165,6 +165,7 @@ def txnlog_run(root: str, parts: int, procs: int, threads: int, seconds: float
         start.value = time.time() + 0.05
         t0 = start.value
         coord_cpu0 = _proc_cpu(proc.pid)
+        loop_cpu0 = _proc_cpu(proc.pid, proc.pid)
         barrier.wait(timeout=60)  # go
         reports = [out.get(timeout=seconds + 300) for _ in children]
         for ch in children:
@@ -172,6 +173,7 @@ def txnlog_run(root: str, parts: int, procs: int, threads: int, seconds: float
         after = _metrics(proc.endpoint)
         load1 = os.getloadavg()[0]
         coord_cpu = _proc_cpu(proc.pid) - coord_cpu0
+        loop_cpu = _proc_cpu(proc.pid, proc.pid) - loop_cpu0
     cpu = coord_cpu + sum(r["cpu"] for r in reports)
     ends = sorted((end, lat) for r in reports for end, lat in r["results"])
     in_window = [lat for end, lat in ends if end <= t0 + seconds]
@@ -197,13 +199,28 @@ def txnlog_run(root: str, parts: int, procs: int, threads: int, seconds: float
             "log_records_per_object": records / max(1.0, objects["log"]),
             "cpu_ms_per_txn": cpu * 1000 / max(1, commits),
             "coordinator_cpu_ms_per_txn": coord_cpu * 1000 / max(1, commits),
+            # The event-loop thread: the one part of the coordinator that cannot spread
+            # over cores, so 1000 / this is its throughput ceiling.
+            "coordinator_loop_cpu_ms_per_txn": loop_cpu * 1000 / max(1, commits),
+            "writer_cpu_ms_per_txn": (cpu - coord_cpu) * 1000 / max(1, commits),
+            "rpcs_per_txn": sum(_delta(after, before, k) for k in after
+                                if k.startswith("txnlog_coordinator_requests_total{"))
+            / max(1, commits),
             "load": [round(load0, 2), round(load1, 2)]}
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + sys) a live process has used (Linux /proc)."""
+def _ceiling(t: dict[str, Any]) -> float:
+    """txn/s the coordinator's measured CPU per transaction allows on this machine if it
+    had it to itself: its event loop is one thread; the rest (storage calls) spread."""
+    loop = max(t["coordinator_loop_cpu_ms_per_txn"], 1e-9)
+    total = max(t["coordinator_cpu_ms_per_txn"], 1e-9)
+    return min(1000 / loop, (os.cpu_count() or 1) * 1000 / total)
+
+
+def _proc_cpu(pid: int, tid: int | None = None) -> float:
+    """CPU seconds (user + sys) a live process (or one of its threads) used (Linux /proc)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
@@ -369,6 +386,7 @@ def main() -> int:
           f"{args.procs}x{args.threads}, delta writers {args.delta_procs}, "
           f"{args.seconds:.0f}s x {args.repeat} per point", flush=True)
     rows = []
+    ncpu = os.cpu_count() or 1
     try:
         for env, srv in envs:
             for parts in [int(x) for x in args.partitions.split(",")]:
@@ -402,11 +420,21 @@ def main() -> int:
                               f"obj/txn {t['objects_per_txn']:.2f} "
                               f"({', '.join(f'{k} {v:.2f}' for k, v in t['objects'].items())})"
                               f", log records/object {t['log_records_per_object']:.1f}"
+                              f", RPCs/txn {t['rpcs_per_txn']:.2f}"
                               f", CPU ms/txn {t['cpu_ms_per_txn']:.2f} (coordinator "
-                              f"{t['coordinator_cpu_ms_per_txn']:.2f})"
+                              f"{t['coordinator_cpu_ms_per_txn']:.2f} of which event loop "
+                              f"{t['coordinator_loop_cpu_ms_per_txn']:.2f}, writers "
+                              f"{t['writer_cpu_ms_per_txn']:.2f})"
                               + (f" | delta {d_runs[-1]['txn_per_s']:.0f} txn/s"
                                  if d_runs else "")
                               + f" | load {t['load']}", flush=True)
+                        print(f"#   not measured, derived: with the writers on another "
+                              f"machine the coordinator's CPU would allow ~"
+                              f"{_ceiling(t):.0f} txn/s here (event loop "
+                              f"{1000 / max(t['coordinator_loop_cpu_ms_per_txn'], 1e-9):.0f}"
+                              f", all {os.cpu_count()} cores "
+                              f"{ncpu * 1000 / max(t['coordinator_cpu_ms_per_txn'], 1e-9):.0f})",
+                              flush=True)
                 t = _median_row(t_runs)
                 t["storage"] = env
                 if d_runs:

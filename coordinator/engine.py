@@ -222,6 +222,7 @@ class Engine:
         self._completions: dict[str, asyncio.Task[dict[str, Any]]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self.metrics: Any = None  # set by the server (prometheus objects)
+        self._metric_cache: dict[tuple[str, tuple[str, ...]], Any] = {}
         # Storage calls block (fsync, HTTP): own pools, so markers of many transactions go
         # out in parallel and never queue behind (or in front of) the stable snapshot.
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="coord-io")
@@ -518,10 +519,16 @@ class Engine:
         return timeout_ms
 
     def _metric(self, name: str, *labels: str) -> Any:
+        """The prometheus child for ``name{labels}``, cached: ``labels()`` takes a lock and
+        builds a key, and the commit path asks several times per transaction."""
         if self.metrics is None:
             return None
-        m = getattr(self.metrics, name)
-        return m.labels(*labels) if labels else m
+        key = (name, labels)
+        m = self._metric_cache.get(key)
+        if m is None:
+            m = getattr(self.metrics, name)
+            m = self._metric_cache[key] = m.labels(*labels) if labels else m
+        return m
 
     # ================================================================== recovery
     async def start(self, log_factory: Any, recovered: Any) -> None:

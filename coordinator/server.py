@@ -77,8 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "transactions (0 = never; the embedded coordinator uses it)")
     parser.add_argument("--snapshot-every-records", type=int, default=20_000,
                         help="snapshot the coordinator's log after this many records ...")
-    parser.add_argument("--snapshot-every-objects", type=int, default=200,
-                        help="... or this many log objects (one GET each in a replay) ...")
+    parser.add_argument("--snapshot-every-objects", type=int, default=50,
+                        help="... or this many log objects (one GET each in a replay; at "
+                             "least one per 8 KiB of the last snapshot) ...")
     parser.add_argument("--snapshot-every-s", type=float, default=5.0,
                         help="... or this many seconds with records, whichever comes first")
     parser.add_argument("--stable-keep", type=int, default=10)

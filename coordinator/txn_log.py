@@ -101,7 +101,7 @@ class TxnLog:
                  snapshot_offsets: list[int] | None = None,
                  max_batch_records: int = 5000,
                  snapshot_every_records: int = 20_000,
-                 snapshot_every_objects: int = 200,
+                 snapshot_every_objects: int = 50,
                  snapshot_every_s: float = 5.0,
                  replayed: tuple[int, int] = (0, 0),
                  snapshot_after_replay: int = 8) -> None:
@@ -126,6 +126,10 @@ class TxnLog:
         self._last_future: asyncio.Future[None] | None = None
         self._since_snapshot = replayed[0]
         self._objects_since_snapshot = replayed[1]
+        # A big state makes each snapshot costly (serialized on the event loop): at least
+        # one log object per 8 KiB of the last snapshot between two of them (per 64 KiB
+        # for the timer).
+        self._snapshot_bytes = 0
         self._snapshot_now = snapshot_after_replay > 0 and replayed[1] >= snapshot_after_replay
         self._last_snapshot_t = time.monotonic()
         self._snapshot_task: asyncio.Task[None] | None = None
@@ -186,8 +190,10 @@ class TxnLog:
         each) or seconds of activity since the last snapshot, or a long replay at start."""
         return (self._snapshot_now
                 or self._since_snapshot >= self.snapshot_every_records
-                or self._objects_since_snapshot >= self.snapshot_every_objects
+                or self._objects_since_snapshot >= max(self.snapshot_every_objects,
+                                                       self._snapshot_bytes // 8192)
                 or (self._since_snapshot > 0
+                    and self._objects_since_snapshot >= self._snapshot_bytes // 65536
                     and time.monotonic() - self._last_snapshot_t >= self.snapshot_every_s))
 
     async def _write_one(self) -> None:
@@ -230,6 +236,7 @@ class TxnLog:
             self._since_snapshot = 0
             self._objects_since_snapshot = 0
             self._snapshot_now = False
+            self._snapshot_bytes = len(snapshot)
             self._last_snapshot_t = time.monotonic()
             self._snapshot_task = asyncio.get_running_loop().create_task(
                 self._write_snapshot(self.next_offset, snapshot))
@@ -279,11 +286,8 @@ class TxnLog:
             return
         keep_from = self._snapshots[-2]
         protected = set(self._protected_fn())
-        for obj in self.storage.list(LOG_DIR):
-            base = int(obj.name[:20])
-            if base >= keep_from:
-                continue
-            if obj.name.endswith(".log") and base in protected:
-                continue
-            self.storage.delete(f"{LOG_DIR}/{obj.name}")
+        doomed = [f"{LOG_DIR}/{obj.name}" for obj in self.storage.list(LOG_DIR)
+                  if int(obj.name[:20]) < keep_from
+                  and not (obj.name.endswith(".log") and int(obj.name[:20]) in protected)]
+        self.storage.delete_many(doomed)
         self._snapshots = [s for s in self._snapshots if s >= keep_from]

@@ -165,6 +165,11 @@ class Storage:
         """Remove `path`; a missing object is not an error (pruning may race)."""
         raise NotImplementedError
 
+    def delete_many(self, paths: list[str]) -> None:
+        """Remove every path (missing ones are fine); S3 does it in bulk requests."""
+        for path in paths:
+            self.delete(path)
+
     def list_dirs(self, directory: str = "") -> list[str]:
         """Names of the sub-directories (common prefixes) directly under `directory`."""
         raise NotImplementedError
@@ -616,6 +621,16 @@ class S3Storage(Storage):
                 self.fs.rm_file(key)
 
         self._retrying("DELETE", path, lambda: self._call("DELETE", path, rm))
+
+    def delete_many(self, paths: list[str]) -> None:
+        """DeleteObjects, up to 1,000 keys per request (one DELETE each costs a round trip
+        and ~2 ms of s3fs CPU: pruning hundreds of log objects one by one was slow)."""
+        for i in range(0, len(paths), 1000):
+            chunk = paths[i:i + 1000]
+            keys = [self._key(p) for p in chunk]
+            self._retrying("bulk DELETE", chunk[0],
+                           lambda keys=keys, first=chunk[0]: self._call(
+                               "bulk DELETE", first, lambda: self.fs.rm(keys)))
 
 
 def _reraise(exc: BaseException) -> Callable[[], Any]:
