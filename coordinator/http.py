@@ -43,8 +43,8 @@ class _Connection(asyncio.Protocol):
         self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one
+        self.transport = transport  # type: ignore[assignment]
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
