@@ -484,3 +484,49 @@ def test_commit_path_three_round_trips_with_fences(tmp_path: Path) -> None:
         objs = _metric_samples(proc.endpoint, "txnlog_coordinator_objects_written_total")
         assert objs['txnlog_coordinator_objects_written_total{kind="fence"}'] == 1  # m2's
         assert objs['txnlog_coordinator_objects_written_total{kind="marker"}'] == 2
+
+
+def test_end_txn_confirms_written_ranges(tmp_path: Path) -> None:
+    """EndTxn's ``written`` confirms in the same step: no Confirm RPC, no storage check
+    (3 round trips, not 4), the commit is visible; a range of another producer is refused
+    before anything changes; TransactionalProducer commits with reserve + end_txn only."""
+    root = (tmp_path / "root").as_uri()
+    with CoordinatorProc(root, log_path=tmp_path / "c.log") as proc:
+        c = proc.client()
+        st = Storage.for_url(root)
+        c.create_topic("t", 2)
+        pid, ep = c.init_producer_id("w")
+        other, oep = c.init_producer_id("other")
+        r = c.reserve(pid, ep, {("t", 0): (0, 1), ("t", 1): (0, 2)})
+        ro = c.reserve(other, oep, {("t", 0): (0, 1)})
+        assert write(st, "t", 0, r[("t", 0)], pid, ep, ["a"])
+        assert write(st, "t", 1, r[("t", 1)], pid, ep, ["b", "c"])
+        with pytest.raises(errors.InvalidRequestError):
+            c.end_txn("w", pid, ep, True, written=[("t", 0, ro[("t", 0)])])
+        assert c.describe_txn("w")["state"] == "Ongoing"
+        out = c.end_txn("w", pid, ep, True, written=[(t, p, b) for (t, p), b in r.items()])
+        assert out["outcome"] == "commit"
+        # a retry of the same EndTxn (reply lost) answers the same, written or not
+        assert c.end_txn("w", pid, ep, True, written=[("t", 0, r[("t", 0)])])["outcome"] \
+            == "commit"
+        rts = _metric_samples(proc.endpoint, "txnlog_coordinator_commit_round_trips")
+        assert rts["txnlog_coordinator_commit_round_trips_bucket{le=\"3.0\"}"] == \
+            rts["txnlog_coordinator_commit_round_trips_count"]
+        c.end_txn("other", other, oep, False)
+        for p, values in ((0, [b"a"]), (1, [b"b", b"c"])):
+            got = PartitionReader(st, "t", p).read_table().column("value").to_pylist()
+            assert got == values
+        before = _metric_samples(proc.endpoint, "txnlog_coordinator_requests_total")
+        with TransactionalProducer(root, "tp", coordinator=proc.endpoint) as prod:
+            prod.init_transactions()
+            for i in range(3):
+                prod.begin_transaction()
+                prod.send("t", f"p{i}".encode(), partition=i % 2)
+                prod.commit_transaction()
+        after = _metric_samples(proc.endpoint, "txnlog_coordinator_requests_total")
+        ops = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k)}
+        assert ops == {'txnlog_coordinator_requests_total{error="",op="init_producer_id"}': 1,
+                       'txnlog_coordinator_requests_total{error="",op="reserve"}': 3,
+                       'txnlog_coordinator_requests_total{error="",op="end_txn"}': 3}, ops
+        assert PartitionReader(st, "t", 0).read_table().column("value").to_pylist() == \
+            [b"a", b"p0", b"p2"]
