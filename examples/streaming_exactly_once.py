@@ -65,6 +65,11 @@ def main(folder: str | None = None) -> None:
                             "'order INT, customer STRING, amount INT') AS o")
                 .selectExpr("key", "to_json(named_struct('order', o, 'big', o.amount >= 250, "
                             "'source_offset', offset)) AS value"))
+    # A driver killed while Spark wrote the checkpoint's first offset-log entry leaves a
+    # file Spark >= 4.1 refuses to restart with; this removes it (docs/streaming.md).
+    from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
+
+    clear_abandoned_first_batch(checkpoint)
     query = (enriched.writeStream.format("txnlog")
              .option("topic", "orders-enriched")
              .option("checkpointLocation", checkpoint)
