@@ -3,8 +3,9 @@
 Per row: the ``topic`` option, else the ``topic`` column (as in Spark's Kafka sink, the
 option wins); the ``partition`` column when set, else ``toPositive(murmur2(key)) % n`` for
 keyed rows (so Spark and any Kafka producer agree where a key lives), else one sticky
-partition per task and topic (Kafka's null-key default). Grouping is vectorized: one sort
-of the routing keys, then one ``take`` per topic-partition.
+partition per task and topic (Kafka's null-key default). Grouping is vectorized (one scan
+per partition, or one sort of the routing keys) and yields row numbers, not copies: the
+encoder reads each partition's rows straight from the task's batch.
 """
 
 from __future__ import annotations
@@ -91,9 +92,18 @@ class Router:
 
     def route(self, batch: pa.RecordBatch) -> dict[tuple[str, int], pa.RecordBatch]:
         """Split ``batch`` into per-(topic, partition) batches of the record columns."""
+        records, groups = self.assign(batch)
+        return {tp: records if rows is None else records.take(pa.array(rows))
+                for tp, rows in groups.items()}
+
+    def assign(self, batch: pa.RecordBatch) -> tuple[
+            pa.RecordBatch, dict[tuple[str, int], np.ndarray | None]]:
+        """``batch``'s record columns (no copy) and, per (topic, partition), the numbers of
+        its rows there in input order (None: all of them), for the encoder to take rows
+        from without a per-partition copy."""
         n_rows = batch.num_rows
         if n_rows == 0:
-            return {}
+            return batch.select([c for c in RECORD_COLUMNS if c in batch.schema.names]), {}
         names = batch.schema.names
         if self.topic_option is not None:
             topics = [self.topic_option]
@@ -142,20 +152,23 @@ class Router:
 
         record_cols = [c for c in RECORD_COLUMNS if c in names]
         records = batch.select(record_cols)
-        out: dict[tuple[str, int], pa.RecordBatch] = {}
-        if len(topics) == 1 and counts[0] <= SCAN_GROUPS:
-            # One pass per non-empty partition beats a sort for a few partitions.
-            sizes = np.bincount(part, minlength=int(counts[0]))
-            for p in np.flatnonzero(sizes).tolist():
-                out[(topics[0], p)] = records if sizes[p] == n_rows else \
-                    records.take(pa.array(np.flatnonzero(part == p)))
-            return out
-        group = topic_codes * (1 << 32) + part
-        order = np.argsort(group, kind="stable")
-        sorted_groups = group[order]
-        bounds = np.flatnonzero(np.diff(sorted_groups)) + 1
-        for idx in np.split(order, bounds):
-            g = int(group[idx[0]])
-            key = (topics[g >> 32], g & 0xFFFFFFFF)
-            out[key] = records if len(idx) == n_rows else records.take(pa.array(idx))
+        return records, _groups(topics, counts, topic_codes, part, n_rows)
+
+
+def _groups(topics: list[str], counts: np.ndarray, topic_codes: np.ndarray, part: np.ndarray,
+            n_rows: int) -> dict[tuple[str, int], np.ndarray | None]:
+    """Row numbers per (topic, partition), ascending; None when a group holds every row."""
+    out: dict[tuple[str, int], np.ndarray | None] = {}
+    if len(topics) == 1 and counts[0] <= SCAN_GROUPS:
+        # One pass per non-empty partition beats a sort for a few partitions.
+        sizes = np.bincount(part, minlength=int(counts[0]))
+        for p in np.flatnonzero(sizes).tolist():
+            out[(topics[0], p)] = None if sizes[p] == n_rows else np.flatnonzero(part == p)
         return out
+    group = topic_codes * (1 << 32) + part
+    order = np.argsort(group, kind="stable")
+    bounds = np.flatnonzero(np.diff(group[order])) + 1
+    for idx in np.split(order, bounds):
+        g = int(group[idx[0]])
+        out[(topics[g >> 32], g & 0xFFFFFFFF)] = None if len(idx) == n_rows else idx
+    return out

@@ -2,9 +2,10 @@
 
 One task attempt is one member producer of the write's transaction (DESIGN 5.2): it routes
 its rows to topic-partitions, encodes Kafka batches with its own producer id and sequence
-numbers, asks the coordinator for offsets (one Reserve for all partitions of a flush),
-writes each segment object put-if-absent in parallel, confirms, and heartbeats in the
-background so a slow upstream iterator never lets the transaction time out.
+numbers as the rows arrive (one copy of the data), asks the coordinator for offsets (one
+Reserve for all partitions of a flush), writes each segment object put-if-absent in
+parallel, confirms, and heartbeats in the background so a slow upstream iterator never lets
+the transaction time out.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.errors import ProducerFencedError
 from txnlog.log_format import layout
-from txnlog.log_format.arrow_codec import EncodedRecords, encode_arrow
+from txnlog.log_format.arrow_codec import EncodedRecords
+from txnlog.log_format.arrow_encode import StreamEncoder
+from txnlog.log_format.compression import Codec
 from txnlog.log_format.storage import Storage
 from txnlog.log_format.topics import UnknownTopicError, read_topic
 
@@ -116,8 +120,37 @@ def _linger(tid: str, beat: _Heartbeat) -> None:
         _lingering[tid] = beat
 
 
+# Encode buffers whose writes finished, kept for the next flush of any task in this Python
+# worker (workers are reused): their pages are already faulted in, and faulting in a fresh
+# 32 MiB buffer costs about as much as encoding into it. At most SPARE_BYTES are kept.
+SPARE_BYTES = 256 << 20
+_spare: list[np.ndarray] = []
+_spare_lock = threading.Lock()
+
+
+def _take_buffer(size: int) -> np.ndarray:
+    with _spare_lock:
+        for i, buf in enumerate(_spare):
+            if len(buf) >= size:
+                return _spare.pop(i)
+    return np.empty(size, np.uint8)  # untouched capacity is virtual memory only
+
+
+def _give_back(buffers: list[np.ndarray]) -> None:
+    with _spare_lock:
+        for buf in buffers:
+            if sum(len(b) for b in _spare) + len(buf) <= SPARE_BYTES:
+                _spare.append(buf)
+
+
 class TaskWriter:
-    """Buffers routed rows and flushes them as reserved, written, confirmed segments."""
+    """Routes rows to partitions and flushes them as reserved, written, confirmed segments.
+
+    Each partition's rows go straight from Spark's Arrow batch into that partition's
+    StreamEncoder (by row numbers: no per-partition copy, no buffered Arrow data), so the
+    data is copied once, into Kafka's bytes, which are stamped with their offsets in place
+    and written from that same buffer.
+    """
 
     def __init__(self, opts: WriteOptions, client: CoordinatorClient, member_id: int,
                  member_epoch: int, flush_bytes: int = FLUSH_BYTES,
@@ -131,12 +164,13 @@ class TaskWriter:
         self.router = Router(opts.topic, self._partitions_of)
         self._partitions: dict[str, int] = {}
         self._seq: dict[tuple[str, int], int] = {}
-        self._buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        self._encoders: dict[tuple[str, int], StreamEncoder] = {}
         self._buffered = 0
         self.records = 0
         self.written: list[tuple[str, int, int, int]] = []
         self.overlap = overlap
         self._pending: Future[None] | None = None
+        self._in_flight: list[np.ndarray] = []
 
     def _partitions_of(self, topic: str) -> int:
         n = self._partitions.get(topic)
@@ -151,39 +185,52 @@ class TaskWriter:
             self._partitions[topic] = n
         return n
 
+    def _encoder(self, tp: tuple[str, int]) -> StreamEncoder:
+        enc = self._encoders.get(tp)
+        if enc is None:
+            buffer = _take_buffer(self.flush_bytes + self.flush_bytes // 4 + (4 << 20))
+            enc = self._encoders[tp] = StreamEncoder(
+                producer_id=self.member_id, producer_epoch=self.member_epoch,
+                base_sequence=self._seq.get(tp, 0), transactional=True,
+                compression=self.opts.compression, level=self.opts.compression_level,
+                max_batch_bytes=self.opts.batch_size, buffer=buffer)
+        return enc
+
     def add(self, batch: pa.RecordBatch) -> None:
-        for tp, part in self.router.route(batch).items():
-            self._buffers.setdefault(tp, []).append(part)
-            self._buffered += part.nbytes
+        records, groups = self.router.assign(batch)
+        if not groups:
+            return
+        now_ms = int(time.time() * 1000)
+        for tp, rows in groups.items():
+            enc = self._encoder(tp)
+            before = enc.nbytes
+            enc.append(records, rows, now_ms)
+            self._buffered += enc.nbytes - before
         if self._buffered >= self.flush_bytes:
             self.flush(wait=not self.overlap)
 
     def flush(self, wait: bool = True) -> None:
-        """Encode and reserve what is buffered, then write and confirm it.
+        """Finish the open encoders and reserve their offsets, then write and confirm.
 
         The writes and the confirm run in the background while the task routes and encodes
         its next rows (storage latency overlaps CPU work); at most one flush is in flight,
         which bounds memory and reports a failed write at the next flush. ``wait`` (the
         task's last flush) returns only once everything is written and confirmed.
         """
-        if self._buffers:
-            encoded = {}
-            for tp, parts in self._buffers.items():
-                # One RecordBatch (one copy): a Table's chunked columns would be copied
-                # again by the encoder.
-                batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
-                encoded[tp] = encode_arrow(
-                    batch, producer_id=self.member_id, producer_epoch=self.member_epoch,
-                    base_sequence=self._seq.get(tp, 0), transactional=True,
-                    compression=self.opts.compression, level=self.opts.compression_level,
-                    max_batch_bytes=self.opts.batch_size)
-            self._buffers, self._buffered = {}, 0
+        if self._encoders:
+            encoded = {tp: enc.finish() for tp, enc in self._encoders.items()}
+            buffers = [enc.buffer for enc in self._encoders.values() if enc.buffer is not None]
+            self._encoders, self._buffered = {}, 0
+            if self.opts.compression is not Codec.NONE:  # the batches were copied out
+                _give_back(buffers)
+                buffers = []
             bases = self.client.reserve(
                 self.member_id, self.member_epoch,
                 {tp: (self._seq.get(tp, 0), enc.record_count) for tp, enc in encoded.items()})
             for tp, enc in encoded.items():
                 self._seq[tp] = self._seq.get(tp, 0) + enc.record_count
             self._wait()
+            self._in_flight = buffers
             self._pending = _flusher.submit(self._write, encoded, bases)
         if wait:
             self._wait()
@@ -192,12 +239,14 @@ class TaskWriter:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             pending.result()
+            _give_back(self._in_flight)  # written: the next flush may encode into them
+            self._in_flight = []
 
     def _write(self, encoded: dict[tuple[str, int], EncodedRecords],
                bases: dict[tuple[str, int], int]) -> None:
         def put(tp: tuple[str, int]) -> bool:
             path = layout.segment_path(tp[0], tp[1], bases[tp])
-            return self.storage.put_if_absent(path, encoded[tp].with_base_offset(bases[tp]))
+            return self.storage.put_if_absent(path, encoded[tp].stamp_base_offset(bases[tp]))
 
         order = list(encoded)
         lost = [tp for tp, ok in zip(order, _io.map(put, order), strict=True) if not ok]

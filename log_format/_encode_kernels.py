@@ -145,60 +145,83 @@ def _put_header(out, h, records_bytes, attributes, last_delta, base_ts, max_ts, 
     _put_be(out, h + 57, count, 4)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
-def encode(out, positions, firsts, v_off, v_valid, v_data, k_off, k_valid, k_data, ts,
-           has_headers, h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid, hv_data,
-           max_batch_bytes, attributes, producer_id, producer_epoch, base_sequence):
-    """Write all records as batches into ``out`` (headers with CRC 0).
+# Slots of the int64 state array that carries an open stream of batches across calls.
+S_POS = 0        # bytes written
+S_NB = 1         # batches opened
+S_HDR = 2        # header position of the open batch
+S_CUR = 3        # record bytes in the open batch
+S_FIRST = 4      # stream index of the open batch's first record
+S_BASE_TS = 5    # the open batch's base timestamp
+S_MAX_TS = 6     # the open batch's max timestamp
+S_COUNT = 7      # records written
+STATE_SIZE = 8
 
-    Batch b starts at positions[b] and holds records firsts[b]..firsts[b+1]-1; both arrays
-    need n + 1 slots. Returns (status, error row, batch count, bytes written).
+
+@njit(cache=True, nogil=True, _nrt=False)
+def encode(out, positions, firsts, state, sel, use_sel, close, v_off, v_valid, v_data, k_off,
+           k_valid, k_data, ts, has_headers, h_list_off, h_list_valid, hk_off, hk_data, hv_off,
+           hv_valid, hv_data, max_batch_bytes, attributes, producer_id, producer_epoch,
+           base_sequence):
+    """Append rows to a stream of batches in ``out`` (headers with CRC 0); ``close`` ends
+    the open batch (writes its header) after them.
+
+    The rows are ``sel[0..]`` of the columns when ``use_sel``, else all of them: a task
+    routes its input to partitions by passing each partition's row numbers, so no
+    per-partition copy of the columns is ever made. ``state`` (STATE_SIZE int64, zeros for
+    a new stream) carries the open batch across calls, so a stream fed batch by batch is
+    byte for byte the stream encoded in one call. Batch b starts at positions[b] and holds
+    stream records firsts[b]..firsts[b+1]-1; both arrays need one slot per batch plus one.
+    Returns (status, error row of the columns).
     """
-    n = ts.shape[0]
+    m = sel.shape[0] if use_sel else ts.shape[0]
     cap = out.shape[0]
     k_len = k_data.shape[0]
     v_len = v_data.shape[0]
     hk_len = hk_data.shape[0]
     hv_len = hv_data.shape[0]
-    if positions.shape[0] < n + 1 or firsts.shape[0] < n + 1:
-        return E_CAPACITY, 0, 0, 0
-    nb = 0
-    pos = 0
-    hdr = 0  # header position of the open batch
-    cur = 0  # record bytes in the open batch
-    open_first = 0
-    base_ts = np.int64(0)
-    max_t = np.int64(0)
-    for i in range(n):
+    pos = state[S_POS]
+    nb = state[S_NB]
+    hdr = state[S_HDR]
+    cur = state[S_CUR]
+    open_first = state[S_FIRST]
+    base_ts = state[S_BASE_TS]
+    max_t = state[S_MAX_TS]
+    count = state[S_COUNT]
+    if positions.shape[0] < nb + m + 1 or firsts.shape[0] < nb + m + 1:
+        return E_CAPACITY, 0
+    for j in range(m):
+        i = sel[j] if use_sel else j
+        if i < 0 or i >= ts.shape[0]:
+            return E_BAD_OFFSETS, i
         ks = _field_size(k_off, k_valid, k_len, i)
         vs = _field_size(v_off, v_valid, v_len, i)
         if ks < 0 or vs < 0:
-            return E_BAD_OFFSETS, i, nb, pos
+            return E_BAD_OFFSETS, i
         hs = 1
         if has_headers:
             hs = _headers_size(i, h_list_off, h_list_valid, hk_off, hk_len, hv_off, hv_valid,
                                hv_len)
             if hs < 0:
-                return E_BAD_OFFSETS, i, nb, pos
+                return E_BAD_OFFSETS, i
         fixed = 1 + ks + vs + hs  # attributes, key, value, headers
         t = ts[i]
         bl = np.int64(0)
         rs = np.int64(0)
-        if i > open_first:
-            bl = fixed + _svarint_size(t - base_ts) + _svarint_size(i - open_first)
+        if count > open_first:
+            bl = fixed + _svarint_size(t - base_ts) + _svarint_size(count - open_first)
             rs = bl + _svarint_size(bl)
             if HEADER_SIZE + cur + rs > max_batch_bytes:  # close the batch; i opens the next
-                _put_header(out, hdr, cur, attributes, i - open_first - 1, base_ts, max_t,
+                _put_header(out, hdr, cur, attributes, count - open_first - 1, base_ts, max_t,
                             producer_id, producer_epoch,
-                            batch_sequence(base_sequence, open_first), i - open_first)
-                open_first = i
-        if i == open_first:
+                            batch_sequence(base_sequence, open_first), count - open_first)
+                open_first = count
+        if count == open_first:
             if pos + HEADER_SIZE > cap:
-                return E_CAPACITY, i, nb, pos
+                return E_CAPACITY, i
             hdr = pos
             pos += HEADER_SIZE
             positions[nb] = hdr
-            firsts[nb] = i
+            firsts[nb] = count
             nb += 1
             base_ts = t
             max_t = t
@@ -206,15 +229,15 @@ def encode(out, positions, firsts, v_off, v_valid, v_data, k_off, k_valid, k_dat
             bl = fixed + 2  # timestampDelta 0 and offsetDelta 0: one byte each
             rs = bl + _svarint_size(bl)
         if bl > _INT32_MAX or HEADER_SIZE + cur + rs > _INT32_MAX:
-            return E_RECORD_TOO_LARGE, i, nb, pos
+            return E_RECORD_TOO_LARGE, i
         if pos + rs > cap:
-            return E_CAPACITY, i, nb, pos
+            return E_CAPACITY, i
         end = pos + rs
         pos = _put_svarint(out, pos, bl)
         out[pos] = 0  # attributes
         pos += 1
         pos = _put_svarint(out, pos, t - base_ts)
-        pos = _put_svarint(out, pos, i - open_first)
+        pos = _put_svarint(out, pos, count - open_first)
         pos = _put_field(out, pos, k_off, k_valid, k_data, i)
         pos = _put_field(out, pos, v_off, v_valid, v_data, i)
         if has_headers and h_list_valid[i] != 0:
@@ -233,16 +256,27 @@ def encode(out, positions, firsts, v_off, v_valid, v_data, k_off, k_valid, k_dat
             out[pos] = 0
             pos += 1
         if pos != end:  # sizes and bytes disagree: cannot happen
-            return E_CAPACITY, i, nb, pos
+            return E_CAPACITY, i
         cur += rs
+        count += 1
         if t > max_t:
             max_t = t
-    if nb > 0:
-        _put_header(out, hdr, cur, attributes, n - open_first - 1, base_ts, max_t, producer_id,
-                    producer_epoch, batch_sequence(base_sequence, open_first), n - open_first)
+    if close and count > open_first:
+        _put_header(out, hdr, cur, attributes, count - open_first - 1, base_ts, max_t,
+                    producer_id, producer_epoch, batch_sequence(base_sequence, open_first),
+                    count - open_first)
+        open_first = count
     positions[nb] = pos
-    firsts[nb] = n
-    return OK, -1, nb, pos
+    firsts[nb] = count
+    state[S_POS] = pos
+    state[S_NB] = nb
+    state[S_HDR] = hdr
+    state[S_CUR] = cur
+    state[S_FIRST] = open_first
+    state[S_BASE_TS] = base_ts
+    state[S_MAX_TS] = max_t
+    state[S_COUNT] = count
+    return OK, -1
 
 
 @njit(cache=True, nogil=True, _nrt=False)

@@ -3,8 +3,9 @@
 Every length is known up front, so one compiled pass (_encode_kernels.encode) sizes each
 record, splits batches as Kafka's producer does and writes them; Python only compresses and
 checksums per batch. Batches carry baseOffset 0: the coordinator assigns offsets later and
-``EncodedRecords.with_base_offset`` stamps them without re-encoding (baseOffset is outside the
-CRC).
+``EncodedRecords.with_base_offset`` (a copy) or ``stamp_base_offset`` (in place) stamps them
+without re-encoding (baseOffset is outside the CRC). ``StreamEncoder`` takes a partition's rows
+batch by batch, by row numbers, so a task routing rows to partitions copies them only once.
 """
 
 from __future__ import annotations
@@ -42,6 +43,15 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return v
 
 
+_NO_ROWS = _ro(np.zeros(0, np.int64))
+# Kernel arguments for a call that appends no rows (finish): the common layout (int32
+# offsets, read-only), so it needs no signature of its own.
+_NO_COLUMNS = (*map(_ro, (_EMPTY_I32, _EMPTY_U8, _EMPTY_U8, _EMPTY_I32, _EMPTY_U8, _EMPTY_U8,
+                          np.zeros(0, np.int64))), False,
+               *map(_ro, (np.zeros(1, np.int64), _EMPTY_U8, _EMPTY_I32, _EMPTY_U8, _EMPTY_I32,
+                          _EMPTY_U8, _EMPTY_U8)))
+
+
 class EncodedRecords:
     """Whole v2 batches (baseOffset 0, valid CRCs) of one partition's records.
 
@@ -75,6 +85,19 @@ class EncodedRecords:
         return (f"EncodedRecords({len(self.positions)} batches, {self.record_count} records, "
                 f"{len(self)} bytes)")
 
+    def stamp_base_offset(self, base: int) -> memoryview:
+        """Like ``with_base_offset``, but stamps the offsets into the encoded buffer itself and
+        returns a view of it: no copy of the (segment-sized) data. Stamping again with another
+        base rewrites them; views handed out before see the change."""
+        buf = self._buf
+        if not len(self.positions):
+            return memoryview(b"")
+        bases = base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
+        arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+        arr[self.positions[:, None] + np.arange(8)] = bases.astype(">i8").view(np.uint8) \
+            .reshape(-1, 8)
+        return memoryview(buf)
+
     def with_base_offset(self, base: int) -> bytes:
         """The batches with batch i at offset base + sum(counts[:i]); CRCs stay valid."""
         if not len(self.positions):
@@ -89,6 +112,174 @@ class EncodedRecords:
         return b"".join(parts)
 
 
+class StreamEncoder:
+    """One partition's records, appended Arrow batch by Arrow batch, as one run of v2 batches.
+
+    A Spark task hands rows in 10,000-row Arrow batches and routes them to partitions; each
+    partition's rows are appended straight from the task's batch (``rows`` selects them), so
+    the only copy of the data is the kernel's write of Kafka's bytes. Kafka batches span
+    appends exactly as if all rows had come in one call (the kernel carries the open batch
+    across calls), so ``encode_arrow`` is one append and ``finish``.
+
+    ``buffer``: a uint8 array to write into (e.g. one whose write finished, so its pages are
+    already faulted in); it grows (one copy) when an append may not fit.
+    """
+
+    def __init__(self, *, producer_id: int = -1, producer_epoch: int = -1,
+                 base_sequence: int = -1, transactional: bool = False,
+                 compression: Codec | int | str = Codec.NONE, level: int | None = None,
+                 max_batch_bytes: int = 1 << 20, buffer: np.ndarray | None = None) -> None:
+        self.codec = Codec.parse(compression)
+        self.level = level
+        self.max_batch_bytes = max(int(max_batch_bytes), 0)
+        self.attributes = int(self.codec) | (TRANSACTIONAL_FLAG if transactional else 0)
+        self.producer_id = int(producer_id)
+        self.producer_epoch = int(producer_epoch)
+        self.base_sequence = int(base_sequence)
+        self._out = buffer if buffer is not None else _EMPTY_U8
+        self._positions = np.empty(1, np.int64)
+        self._firsts = np.empty(1, np.int64)
+        self._state = np.zeros(E.STATE_SIZE, np.int64)
+        self._finished = False
+
+    @property
+    def record_count(self) -> int:
+        return int(self._state[E.S_COUNT])
+
+    @property
+    def buffer(self) -> np.ndarray | None:
+        """The array written into (None before the first append): the uncompressed result
+        of ``finish`` is a view of it, so reuse it only once that result is done with."""
+        return self._out if self._out is not _EMPTY_U8 else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes written so far (the open batch's header included)."""
+        return int(self._state[E.S_POS])
+
+    def append(self, columns: pa.RecordBatch | pa.Table, rows: np.ndarray | None = None,
+               now_ms: int | None = None) -> None:
+        """Append ``columns`` (all rows, or the row numbers in ``rows``, in that order); see
+        ``encode_arrow`` for the columns."""
+        self._run(columns, rows, now_ms, close=False)
+
+    def finish(self) -> EncodedRecords:
+        """Close the open batch, checksum (and compress) every batch; the encoder is done."""
+        if self._finished:
+            raise RuntimeError("StreamEncoder.finish() called twice")
+        self._run(None, None, None, close=True)
+        self._finished = True
+        nb, size, n = int(self._state[E.S_NB]), self.nbytes, self.record_count
+        if n == 0:
+            return EncodedRecords(bytearray(), np.empty(0, np.int64), np.empty(0, np.int32), 0)
+        counts = np.diff(self._firsts[:nb + 1]).astype(np.int32)
+        ends = self._positions[1:nb + 1].tolist()
+        starts = self._positions[:nb].tolist()
+        out = self._out
+        view = memoryview(out)
+        if self.codec is Codec.NONE:
+            for pos, end in zip(starts, ends, strict=True):
+                struct.pack_into(">I", view, pos + CRC_OFFSET,
+                                 crc32c(view[pos + ATTRIBUTES_OFFSET:end]))
+            return EncodedRecords(out[:size], self._positions[:nb].copy(), counts, n)
+        data = bytearray()
+        positions_out = np.empty(nb, np.int64)
+        for b, (pos, end) in enumerate(zip(starts, ends, strict=True)):
+            positions_out[b] = len(data)
+            batch = bytearray(view[pos:pos + HEADER_SIZE])  # attributes carry the codec already
+            batch += compress(self.codec, view[pos + HEADER_SIZE:end], self.level)
+            finish_batch(batch)
+            data += batch
+        return EncodedRecords(data, positions_out, counts, n)
+
+    def _run(self, columns: pa.RecordBatch | pa.Table | None, rows: np.ndarray | None,
+             now_ms: int | None, close: bool) -> None:
+        if self._finished:
+            raise RuntimeError("StreamEncoder: append() after finish()")
+        if columns is None or columns.num_rows == 0 or (rows is not None and not len(rows)):
+            if close:
+                self._call(_NO_COLUMNS, None, close=True)
+            return
+        names = columns.schema.names
+        if "value" not in names:
+            raise ValueError("encode_arrow needs a 'value' column (binary or string)")
+        n = columns.num_rows
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
+        v_off, v_valid, v_data = _binary_parts(_column(columns, "value"), "value")
+        key = _column(columns, "key")
+        if key is None:
+            k_off, k_valid, k_data = np.zeros(n + 1, np.int32), np.zeros(n, np.uint8), _EMPTY_U8
+        else:
+            k_off, k_valid, k_data = _binary_parts(key, "key")
+        ts = _timestamps_ms(_column(columns, "timestamp"), n, now_ms)
+        headers = _column(columns, "headers")
+        has_headers = headers is not None
+        if has_headers:
+            h_list_off, h_list_valid, (hk_off, _, hk_data), (hv_off, hv_valid, hv_data) = \
+                _header_parts(headers)
+        else:
+            h_list_off, h_list_valid = np.zeros(1, np.int64), _EMPTY_U8
+            hk_off = hv_off = _EMPTY_I32
+            hk_data = hv_valid = hv_data = _EMPTY_U8
+        cols = (*map(_ro, (v_off, v_valid, v_data, k_off, k_valid, k_data, ts)), has_headers,
+                *map(_ro, (h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid,
+                           hv_data)))
+        m = n
+        if rows is not None:
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
+            m = len(rows)
+            if int(rows.min()) < 0 or int(rows.max()) >= n:
+                raise ValueError(f"a row number is out of range for {n} rows")
+        # Capacity (untouched capacity is virtual memory only): a record takes at most
+        # RECORD_OVERHEAD bytes besides its data, a batch HEADER_SIZE more. Batch count: two
+        # consecutive batches hold more than max_batch_bytes - HEADER_SIZE - RECORD_OVERHEAD
+        # record bytes together, or the second one's first record would have joined the
+        # first batch. With a row selection the bound takes the selected rows' key and value
+        # bytes (headers: their whole span, a looser bound).
+        if rows is None or m == n:
+            data_bytes = _span(k_off) + _span(v_off)
+        else:
+            data_bytes = _selected_bytes(k_off, rows) + _selected_bytes(v_off, rows)
+        data_bytes += _span(hk_off) + _span(hv_off) + E.HEADER_OVERHEAD * (len(hk_off) - 1)
+        records_bound = data_bytes + E.RECORD_OVERHEAD * m
+        room = max(self.max_batch_bytes - HEADER_SIZE - E.RECORD_OVERHEAD, 1)
+        batches_bound = min(m, 2 * records_bound // room + 2) + 1  # + the open one's rest
+        self._reserve(records_bound + HEADER_SIZE * batches_bound, m)
+        self._call(cols, rows, close)
+
+    def _reserve(self, nbytes: int, rows: int) -> None:
+        pos, nb = self.nbytes, int(self._state[E.S_NB])
+        if pos + nbytes > len(self._out):
+            grown = np.empty(pos + nbytes if pos == 0 else max(pos + nbytes, 2 * len(self._out)),
+                             np.uint8)
+            grown[:pos] = self._out[:pos]
+            self._out = grown
+        if nb + rows + 1 > len(self._positions):
+            cap = max(nb + rows + 1, 2 * len(self._positions))
+            for name in ("_positions", "_firsts"):
+                old = getattr(self, name)
+                new = np.empty(cap, np.int64)
+                new[:nb + 1] = old[:nb + 1]
+                setattr(self, name, new)
+
+    def _call(self, cols: tuple, rows: np.ndarray | None, close: bool) -> None:
+        sel = _ro(rows) if rows is not None else _NO_ROWS
+        status, row = E.encode(self._out, self._positions, self._firsts, self._state, sel,
+                               rows is not None, close, *cols, self.max_batch_bytes,
+                               self.attributes, self.producer_id, self.producer_epoch,
+                               self.base_sequence)
+        if status == E.E_RECORD_TOO_LARGE:
+            raise ValueError(f"record {row} is too large for a Kafka batch (int32 lengths)")
+        if status == E.E_BAD_OFFSETS:
+            raise ValueError(f"record {row}: Arrow offsets point outside their data buffer "
+                             "(or a row number is out of range)")
+        if status == E.E_CAPACITY:  # spans undercount only if offsets decrease (invalid Arrow)
+            raise ValueError(f"record {row}: Arrow offsets are not monotonic")
+        if status != E.OK:
+            raise AssertionError(f"encode kernel status {status}")
+
+
 def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
                  producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
                  compression: Codec | int | str = Codec.NONE, level: int | None = None,
@@ -100,76 +291,20 @@ def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
     Batches hold at most ``max_batch_bytes`` (header included; a larger record gets a batch
     of its own), in uncompressed bytes, as Kafka's producer fills ``batch.size``.
     """
-    codec = Codec.parse(compression)
-    names = columns.schema.names
-    if "value" not in names:
+    enc = StreamEncoder(producer_id=producer_id, producer_epoch=producer_epoch,
+                        base_sequence=base_sequence, transactional=transactional,
+                        compression=compression, level=level, max_batch_bytes=max_batch_bytes)
+    if "value" not in columns.schema.names:
         raise ValueError("encode_arrow needs a 'value' column (binary or string)")
-    n = columns.num_rows
-    if n == 0:
-        return EncodedRecords(bytearray(), np.empty(0, np.int64), np.empty(0, np.int32), 0)
-    if now_ms is None:
-        now_ms = int(time.time() * 1000)
-    v_off, v_valid, v_data = _binary_parts(_column(columns, "value"), "value")
-    key = _column(columns, "key")
-    if key is None:
-        k_off, k_valid, k_data = np.zeros(n + 1, np.int32), np.zeros(n, np.uint8), _EMPTY_U8
-    else:
-        k_off, k_valid, k_data = _binary_parts(key, "key")
-    ts = _timestamps_ms(_column(columns, "timestamp"), n, now_ms)
-    headers = _column(columns, "headers")
-    has_headers = headers is not None
-    if has_headers:
-        h_list_off, h_list_valid, (hk_off, _, hk_data), (hv_off, hv_valid, hv_data) = \
-            _header_parts(headers)
-    else:
-        h_list_off, h_list_valid = np.zeros(1, np.int64), _EMPTY_U8
-        hk_off = hv_off = _EMPTY_I32
-        hk_data = hv_valid = hv_data = _EMPTY_U8
-    attributes = int(codec) | (TRANSACTIONAL_FLAG if transactional else 0)
-    args = (*map(_ro, (v_off, v_valid, v_data, k_off, k_valid, k_data, ts)), has_headers,
-            *map(_ro, (h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid, hv_data)),
-            max(int(max_batch_bytes), 0), attributes, int(producer_id), int(producer_epoch),
-            int(base_sequence))
-    positions = np.empty(n + 1, np.int64)
-    firsts = np.empty(n + 1, np.int64)
-    # Written in place into an upper bound (untouched capacity is virtual memory only):
-    # a record takes at most RECORD_OVERHEAD bytes besides its data, a batch HEADER_SIZE
-    # more. Batch count: two consecutive batches hold more than max_batch_bytes - HEADER_SIZE
-    # - RECORD_OVERHEAD record bytes together, or the second one's first record would have
-    # joined the first batch.
-    data_bytes = (_span(k_off) + _span(v_off) + _span(hk_off) + _span(hv_off)
-                  + E.HEADER_OVERHEAD * (len(hk_off) - 1))
-    records_bound = data_bytes + E.RECORD_OVERHEAD * n
-    room = max(int(max_batch_bytes) - HEADER_SIZE - E.RECORD_OVERHEAD, 1)
-    batches_bound = min(n, 2 * records_bound // room + 2)
-    out = np.empty(records_bound + HEADER_SIZE * batches_bound, np.uint8)
-    status, row, nb, size = E.encode(out, positions, firsts, *args)
-    if status == E.E_RECORD_TOO_LARGE:
-        raise ValueError(f"record {row} is too large for a Kafka batch (int32 lengths)")
-    if status == E.E_BAD_OFFSETS:
-        raise ValueError(f"record {row}: Arrow offsets point outside their data buffer")
-    if status == E.E_CAPACITY:  # spans undercount only if offsets decrease (invalid Arrow)
-        raise ValueError(f"record {row}: Arrow offsets are not monotonic")
-    if status != E.OK:
-        raise AssertionError(f"encode kernel status {status}")
-    counts = np.diff(firsts[:nb + 1]).astype(np.int32)
-    ends = positions[1:nb + 1].tolist()
-    starts = positions[:nb].tolist()
-    view = memoryview(out)
-    if codec is Codec.NONE:
-        for pos, end in zip(starts, ends, strict=True):
-            struct.pack_into(">I", view, pos + CRC_OFFSET,
-                             crc32c(view[pos + ATTRIBUTES_OFFSET:end]))
-        return EncodedRecords(out[:size], positions[:nb].copy(), counts, n)
-    data = bytearray()
-    positions_out = np.empty(nb, np.int64)
-    for b, (pos, end) in enumerate(zip(starts, ends, strict=True)):
-        positions_out[b] = len(data)
-        batch = bytearray(view[pos:pos + HEADER_SIZE])  # attributes carry the codec already
-        batch += compress(codec, view[pos + HEADER_SIZE:end], level)
-        finish_batch(batch)
-        data += batch
-    return EncodedRecords(data, positions_out, counts, n)
+    enc.append(columns, now_ms=now_ms)
+    return enc.finish()
+
+
+def _selected_bytes(off: np.ndarray, rows: np.ndarray) -> int:
+    """Data bytes of the selected rows of an offsets array (nulls count their span: 0)."""
+    if len(off) <= 1:
+        return 0
+    return int((off[rows + 1].astype(np.int64) - off[rows]).sum())
 
 
 def _span(off: np.ndarray) -> int:

@@ -10,10 +10,11 @@ afterwards every process loads the cached code in milliseconds.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from .arrow_decode import decode_to_arrow
-from .arrow_encode import encode_arrow
+from .arrow_encode import StreamEncoder, encode_arrow
 from .arrow_scan import AbortedFilter, scan_batches
 from .partitioner import partitions_for_keys
 
@@ -38,6 +39,11 @@ def warm_up() -> None:
                                base_sequence=0 if transactional else -1,
                                transactional=transactional)
             data = bytes(enc.data)
+            # A task's routed rows: row numbers into the batch (the same signature: the row
+            # numbers are passed read-only, like the absent selection above).
+            stream = StreamEncoder(transactional=transactional)
+            stream.append(columns, rows=np.array([1, 0]))
+            stream.finish()
             scan_batches(data)
             for headers in (False, True):
                 for aborted in (None, AbortedFilter([])):

@@ -7,6 +7,7 @@ builder reproduced a Kafka-written batch byte for byte, so it is the byte-level 
 
 from __future__ import annotations
 
+import itertools
 import struct
 from datetime import UTC, datetime
 
@@ -36,6 +37,7 @@ from txnlog.log_format.arrow_codec import (
     read_schema,
     scan_batches,
 )
+from txnlog.log_format.arrow_encode import StreamEncoder
 from txnlog.log_format.errors import CrcMismatchError
 
 CODECS = [0, 1, 2, 3, 4]
@@ -646,3 +648,46 @@ def test_decompression_scratch_reuse_never_aliases_results() -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(record_strategy, min_size=1, max_size=60),
+       max_batch=st.integers(0, 2000), cuts=st.lists(st.integers(0, 60), max_size=4),
+       seed=st.integers(0, 2**32 - 1), headers=st.booleans(), codec=st.sampled_from(CODECS))
+def test_stream_encoder_matches_one_call(records: list[tuple], max_batch: int,
+                                         cuts: list[int], seed: int, headers: bool,
+                                         codec: int) -> None:
+    """Rows appended in pieces, each piece a row selection of its own Arrow batch (as a task
+    routes them), give exactly the bytes of one encode_arrow call on those rows in order."""
+    rb = to_arrow(records)
+    if not headers:
+        rb = rb.drop_columns(["headers"])
+    order = np.random.default_rng(seed).permutation(len(records))
+    picked = order[:max(1, len(order) * 2 // 3)]
+    kw = dict(producer_id=5, producer_epoch=1, base_sequence=2**31 - 3, transactional=True,
+              compression=codec, max_batch_bytes=max_batch)
+    want = encode_arrow(rb.take(pa.array(picked)), **kw)
+    enc = StreamEncoder(**kw)
+    bounds = [0, *sorted(min(c, len(picked)) for c in cuts), len(picked)]
+    for lo, hi in itertools.pairwise(bounds):
+        enc.append(rb, rows=picked[lo:hi], now_ms=T0)
+    got = enc.finish()
+    assert bytes(got.data) == bytes(want.data)
+    assert got.positions.tolist() == want.positions.tolist()
+    assert got.counts.tolist() == want.counts.tolist() and got.record_count == len(picked)
+    assert bytes(got.stamp_base_offset(77)) == want.with_base_offset(77)
+    assert bytes(got.stamp_base_offset(5)) == want.with_base_offset(5)
+
+
+def test_stream_encoder_grows_and_refuses_bad_rows() -> None:
+    rb = to_arrow(sample_records(50, seed=3))
+    enc = StreamEncoder(buffer=np.empty(10, np.uint8), max_batch_bytes=300)
+    for _ in range(3):
+        enc.append(rb, rows=np.arange(49, -1, -1))
+    assert enc.record_count == 150
+    whole = pa.Table.from_batches([rb.take(pa.array(np.arange(49, -1, -1)))] * 3)
+    assert bytes(enc.finish().data) == bytes(encode_arrow(whole, max_batch_bytes=300).data)
+    with pytest.raises(ValueError, match="row number"):
+        StreamEncoder().append(rb, rows=np.array([0, 50]))
+    empty = StreamEncoder().finish()
+    assert empty.record_count == 0 and bytes(empty.stamp_base_offset(3)) == b""
