@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from coordinator_proc import CoordinatorProc
 from stream_helpers import check_exactly_once, end_offsets, produce_keyed, read_values
 from txnlog.coordinator.client import CoordinatorClient
+from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
 from txnlog.datasource.stream_offsets import decode
 from txnlog.datasource.stream_reader import rate_limit
 
@@ -158,3 +160,84 @@ def test_sink_exactly_once_group_offsets_and_replay(spark, file_root: str, coord
     assert client.describe_topic("out")["offsets"][0]["leo"] == leo  # not even aborted data
     assert check_exactly_once(file_root, "out", expected) == 60
     assert len(read_values(file_root, "out", "read_uncommitted")) == 60
+
+
+def test_restart_after_a_kill_inside_the_first_offset_log_write(spark, file_root: str, coord,
+                                                                tmp_path) -> None:
+    """A driver killed between Spark's creating ``offsets/.0.<uuid>.tmp`` and renaming it to
+    ``offsets/0`` leaves this checkpoint (as seen after real kills). Spark >= 4.1 refuses to
+    start on it whatever the source and sink; once ``clear_abandoned_first_batch`` removed
+    the file the query runs, under the checkpoint's query id (the sink's transactional id)."""
+    client: CoordinatorClient = coord.client()
+    client.create_topic("in", 3)
+    expected = produce_keyed(file_root, coord.endpoint, "in", keys=4, per_key=5, txns=2)
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "offsets").mkdir(parents=True)
+    query_id = str(uuid.uuid4())
+    (ckpt / "metadata").write_text(json.dumps({"id": query_id}))
+    u = uuid.uuid4()
+    for name in (f".0.{u}.tmp", f"..0.{u}.tmp.crc"):
+        (ckpt / "offsets" / name).write_bytes(b"")
+        os.utime(ckpt / "offsets" / name, (time.time() - 60,) * 2)  # the kill was a while ago
+    with pytest.raises(Exception, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+        _pipeline(spark, file_root, coord.endpoint, ckpt, "g-first")  # Spark's behaviour
+
+    assert len(clear_abandoned_first_batch(str(ckpt))) == 2
+    _pipeline(spark, file_root, coord.endpoint, ckpt, "g-first")
+    assert check_exactly_once(file_root, "out", expected) == 20
+    assert client.committed_offsets("g-first") == end_offsets(file_root, "in")
+    assert json.loads((ckpt / "metadata").read_text())["id"] == query_id
+    batches = len([n for n in os.listdir(ckpt / "commits") if n.isdigit()])
+    assert client.describe_txn(f"txnlog-sink-{query_id}")["last_committed_batch"] == batches - 1
+
+
+def _byte_batches(root: str, topic: str, end: int, budget: int) -> list[int]:
+    """The batch ends ``maxBytesPerTrigger`` gives on one partition from offset 0, as
+    docs/streaming.md states the rule: the backlog's bytes are estimated from the sizes of
+    the segment objects it spans (bytes per offset over those objects)."""
+    from txnlog.log_format.reader import PartitionReader
+    from txnlog.log_format.storage import Storage
+
+    segs = [(s.base_offset, end if s.end_offset is None else s.end_offset, s.size)
+            for s in PartitionReader(Storage.for_url(root), topic, 0).segments()]
+    begin, out = 0, []
+    while begin < end:
+        spanned = [(b, e, size) for b, e, size in segs if e > begin and b < end and size]
+        per_offset = sum(s for _, _, s in spanned) / sum(max(1, e - b) for b, e, _ in spanned)
+        if (end - begin) * per_offset <= budget:
+            begin = end
+        else:
+            begin = min(end, begin + max(1, int(budget // per_offset)))
+        out.append(begin)
+    return out
+
+
+def test_s3_root_max_bytes_per_trigger(spark, s3_root: str, tmp_path) -> None:
+    """The pipeline on the S3 server root (source and sink; the checkpoint is local):
+    maxBytesPerTrigger gives the batch boundaries of its rule, the output is exactly once and
+    the group's offsets commit with it."""
+    coord = CoordinatorProc(s3_root)
+    try:
+        coord.wait_healthy()
+        client: CoordinatorClient = coord.client()
+        client.create_topic("in", 1)
+        expected = produce_keyed(s3_root, coord.endpoint, "in", keys=4, per_key=10, txns=4,
+                                 aborted_every=2)
+        ends = end_offsets(s3_root, "in")
+        budget = 300  # a data object of this input is ~200 bytes, a marker object ~80
+        want = _byte_batches(s3_root, "in", ends[("in", 0)], budget)
+        ckpt = tmp_path / "ckpt"
+        q = (spark.readStream.format("txnlog").option("subscribe", "in")
+             .option("startingOffsets", "earliest").option("maxBytesPerTrigger", str(budget))
+             .option("groupId", "g-s3").option("coordinator", coord.endpoint).load(s3_root)
+             .selectExpr("key", "concat(CAST('out:' AS BINARY), value) AS value")
+             .writeStream.format("txnlog").option("topic", "out")
+             .option("coordinator", coord.endpoint).option("checkpointLocation", str(ckpt))
+             .trigger(availableNow=True).start(s3_root))
+        q.awaitTermination()
+        assert [decode(o)[("in", 0)] for o in _offsets_log(ckpt)] == want
+        assert len(want) > 3
+        assert check_exactly_once(s3_root, "out", expected) == 40
+        assert client.committed_offsets("g-s3") == ends
+    finally:
+        coord.stop()
