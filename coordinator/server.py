@@ -37,7 +37,7 @@ from .errors import (
     NotCoordinatorError,
     UnknownServerError,
 )
-from .http import HttpServer, Reply
+from .http_server import HttpServer, Reply
 from .txn_log import Recovered, TxnLog, recover
 
 log = logging.getLogger("txnlog.coordinator.server")
