@@ -11,6 +11,14 @@ written only after that batch is durable. Recovery loads the newest snapshot and
 objects after it. Old objects are deleted below the *previous* snapshot, but never a
 takeover object: a fenced coordinator's next write always lands on or before the takeover
 that fenced it, so keeping those objects keeps it fenced.
+
+Deleting objects has a second consequence: put-if-absent succeeds on a *deleted* name. A
+coordinator that was loading while the serving one wrote on, snapshotted twice and pruned,
+would write its takeover at an offset that once held a record, and both would serve. So the
+takeover (the first write of every ``TxnLog``) is checked once it is durable: if a snapshot
+or a log object above it exists, the log had moved on past it and this coordinator is fenced.
+That check is sound because an object is only deleted after a snapshot above it was written,
+and the newest snapshot is never deleted.
 """
 
 from __future__ import annotations
@@ -133,6 +141,7 @@ class TxnLog:
         self._snapshot_now = snapshot_after_replay > 0 and replayed[1] >= snapshot_after_replay
         self._last_snapshot_t = time.monotonic()
         self._snapshot_task: asyncio.Task[None] | None = None
+        self._takeover_checked = False  # the first write is the takeover (see module doc)
         self.failed: BaseException | None = None
         self.objects_written = 0
         self.records_written = 0
@@ -223,6 +232,22 @@ class TxnLog:
             log.critical("%s", exc)
             self._fail(exc, batch)
             return
+        if not self._takeover_checked:
+            try:
+                ahead = await asyncio.get_running_loop().run_in_executor(
+                    self._writer_io, self._log_ahead_of, base)
+            except BaseException as exc:
+                self._fail(exc, batch)
+                return
+            if ahead is not None:
+                exc = FencedError(
+                    f"fenced: {LOG_DIR} had moved on to {ahead} while this coordinator was "
+                    f"loading (its takeover at offset {base} reused a pruned offset); "
+                    "another coordinator is serving")
+                log.critical("%s", exc)
+                self._fail(exc, batch)
+                return
+            self._takeover_checked = True
         faults.point("after_log_write")
         self.objects_written += 1
         self.records_written += len(batch)
@@ -254,6 +279,14 @@ class TxnLog:
                     raise
                 await asyncio.sleep(0.2 * 2 ** attempt)
         raise AssertionError("unreachable")
+
+    def _log_ahead_of(self, base: int) -> str | None:
+        """The name of a snapshot or log object above ``base``, if any (blocking)."""
+        for obj in self.storage.list(LOG_DIR):
+            offset = int(obj.name[:20])
+            if offset > base and obj.name.endswith((".snapshot", ".log")):
+                return obj.name
+        return None
 
     def _fail(self, exc: BaseException, batch: list[tuple[LogRecord, Any]]) -> None:
         """State in memory is now ahead of the log: fail everyone and stop the process."""

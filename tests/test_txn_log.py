@@ -1,0 +1,97 @@
+"""The coordinator's own log in-process: group commit, snapshots, pruning and fencing.
+
+The race here was found by the chaos harness (two-coordinators on S3, once snapshots came
+every few seconds): a coordinator loading from a snapshot that the serving one has since
+superseded twice and pruned below writes its takeover at an offset whose object was
+deleted, and put-if-absent lets it. Both then served, and reused partition offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+from txnlog.coordinator.errors import NotCoordinatorError
+from txnlog.coordinator.txn_log import LOG_DIR, FencedError, TxnLog, log_path, recover
+from txnlog.coordinator.txnlog_records import LogRecord
+from txnlog.log_format.storage import Storage
+
+
+def _takeover(epoch: int, offset: int) -> LogRecord:
+    return LogRecord("takeover", {"id": "", "epoch": epoch, "log_offset": offset, "ms": 0,
+                                  "pid": 1})
+
+
+def _new_log(storage: Storage, next_offset: int, fatal: list[BaseException]) -> TxnLog:
+    return TxnLog(storage, next_offset, snapshot_fn=lambda: {"state": "opaque"},
+                  protected_fn=lambda: [0], on_fatal=fatal.append,
+                  snapshot_every_records=10**9, snapshot_every_objects=2,
+                  snapshot_every_s=10**9)
+
+
+async def _settle(log: TxnLog) -> None:
+    if log._snapshot_task is not None:  # snapshot written, old objects pruned
+        await log._snapshot_task
+
+
+def test_takeover_on_a_pruned_offset_is_fenced(tmp_path: Path) -> None:
+    storage = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def scenario() -> None:
+        fatal_a: list[BaseException] = []
+        a = _new_log(storage, 0, fatal_a)
+        a.start()
+        await a.append([_takeover(1, 0)])
+        for _ in range(2):
+            await a.append([_takeover(1, 0)])
+            await _settle(a)
+        stale = recover(storage)  # what a second coordinator loads ...
+        for _ in range(6):  # ... while the first writes on, snapshots and prunes
+            await a.append([_takeover(1, 0)])
+            await _settle(a)
+        assert stale.next_offset < a.next_offset
+        assert not storage.exists(log_path(stale.next_offset)), \
+            "precondition: the object at the stale next offset was pruned"
+        fatal_b: list[BaseException] = []
+        b = _new_log(storage, stale.next_offset, fatal_b)
+        b.start()
+        with pytest.raises(NotCoordinatorError, match="moved on"):
+            await b.append([_takeover(2, stale.next_offset)])
+        assert isinstance(fatal_b[0], FencedError)
+        # the serving coordinator goes on; recovery reads its log, not the stray object
+        await a.append([_takeover(1, 0)])
+        assert not fatal_a
+        assert recover(storage).next_offset == a.next_offset
+        await a.close()
+        with contextlib.suppress(NotCoordinatorError):  # close() re-raises the failure
+            await b.close()
+
+    asyncio.run(scenario())
+
+
+def test_takeover_at_the_end_of_the_log_serves_and_fences_the_old_one(tmp_path: Path) -> None:
+    storage = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def scenario() -> None:
+        fatal_a: list[BaseException] = []
+        a = _new_log(storage, 0, fatal_a)
+        a.start()
+        for _ in range(5):
+            await a.append([_takeover(1, 0)])
+            await _settle(a)
+        fatal_b: list[BaseException] = []
+        b = _new_log(storage, recover(storage).next_offset, fatal_b)
+        b.start()
+        await b.append([_takeover(2, b.next_offset)])  # the real end: B serves
+        assert not fatal_b
+        with pytest.raises(NotCoordinatorError, match="fenced"):
+            await a.append([_takeover(1, 0)])
+        assert isinstance(fatal_a[0], FencedError)
+        assert any(o.name.endswith(".log") for o in storage.list(LOG_DIR))
+        with contextlib.suppress(NotCoordinatorError):  # close() re-raises the failure
+            await a.close()
+        await b.close()
+
+    asyncio.run(scenario())
