@@ -311,7 +311,7 @@ class PartitionReader:
     def _decode_pieces(self, plan: Iterator[_Piece], start: int, end: int,
                        aborted: AbortedFilter | None) -> Iterator[ReadChunk]:
         pool = io_pool()
-        window: deque[tuple[_Piece, Future[bytes]]] = deque()
+        window: deque[tuple[_Piece, Future[bytes | memoryview]]] = deque()
         plan_iter = iter(plan)
 
         def fill() -> None:
@@ -319,7 +319,7 @@ class PartitionReader:
                 piece = next(plan_iter, None)
                 if piece is None:
                     return
-                window.append((piece, pool.submit(self.storage.get, piece.segment.path,
+                window.append((piece, pool.submit(self.storage.get_view, piece.segment.path,
                                                   piece.start, piece.end)))
 
         carry = b""
@@ -335,7 +335,7 @@ class PartitionReader:
                     raise TruncatedBatchError(
                         f"object is shorter than listed: got {len(data)} bytes for "
                         f"[{piece.start}, {piece.end})", position=piece.start, source=source)
-                buf = carry + data if carry else data
+                buf = b"".join((carry, data)) if carry else data
                 cut = len(buf) if piece.last else complete_prefix(buf, source)
                 carry = buf[cut:]
                 if cut == 0:
