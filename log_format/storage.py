@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote, urlparse
 
-from . import unsafe
+from . import dir_sync, unsafe
 from .errors import TxnlogError
 
 T = TypeVar("T")
@@ -278,11 +278,7 @@ class LocalStorage(Storage):
 
     @staticmethod
     def _fsync_dir(directory: str) -> None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        dir_sync.fsync_dir(directory)  # one fsync for concurrent links into one directory
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         if unsafe.enabled("plain_put"):  # planted bug (chaos self-test): overwrite
