@@ -27,6 +27,10 @@ def main() -> int:
     ap.add_argument("--trigger", default="available-now")
     ap.add_argument("--sink-option", action="append", default=[])
     ap.add_argument("--run-seconds", type=float, default=0.0)
+    ap.add_argument("--go-file", default=None,
+                    help="build the session and the query, then wait for this file to "
+                    "exist before touching the checkpoint (the test boots the next run while "
+                    "the current one still runs)")
     args = ap.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -59,6 +63,10 @@ def main() -> int:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime="200 milliseconds")
+    if args.go_file:
+        print("READY", flush=True)
+        while not os.path.exists(args.go_file):
+            time.sleep(0.02)
     # What a user's program does before starting a query on an existing checkpoint: a
     # driver killed while Spark wrote offsets/0 leaves a file Spark >= 4.1 refuses to
     # restart with (docs/streaming.md, "Restarting after a crash").
