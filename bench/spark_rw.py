@@ -139,9 +139,14 @@ class BenchSource(DataSource):
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _run_cpu(root_pid: int, marker: str) -> float:
-    """CPU seconds (user + system) so far of ``root_pid``, its descendants, and processes
-    whose command line names ``marker`` (the detached embedded coordinator)."""
+def _run_cpu(root_pid: int, marker: str) -> dict[int, float]:
+    """CPU seconds so far per process of the run: ``root_pid``, its descendants and the
+    processes whose command line names ``marker`` (the detached embedded coordinator).
+
+    Each process counts user + system time plus that of its children it reaped: Spark's
+    daemon forks and reaps Python workers during an op, and a worker's time must not vanish
+    with it (summing live processes only gave negative deltas).
+    """
     parent: dict[int, int] = {}
     cpu: dict[int, float] = {}
     named: set[int] = set()
@@ -158,26 +163,28 @@ def _run_cpu(root_pid: int, marker: str) -> float:
         fields = stat[stat.rindex(b")") + 2:].split()
         pid = int(entry)
         parent[pid] = int(fields[1])
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICK
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / _TICK
         if marker.encode() in cmd:
             named.add(pid)
-    total = 0.0
+    out = {}
     for pid, secs in cpu.items():
         p = pid
         while p > 1 and p != root_pid:
             p = parent.get(p, 0)
         if p == root_pid or pid in named:
-            total += secs
-    return total
+            out[pid] = secs
+    return out
 
 
 def timed(fn: Callable[[], object], marker: str) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the whole run) of one call."""
-    c = _run_cpu(os.getpid(), marker)
+    """(wall seconds, CPU seconds of the run's processes) of one call. A process that ends
+    during the call counts through the parent that reaps it (see _run_cpu)."""
+    before = _run_cpu(os.getpid(), marker)
     t = time.perf_counter()
     fn()
     wall = time.perf_counter() - t
-    return wall, _run_cpu(os.getpid(), marker) - c
+    after = _run_cpu(os.getpid(), marker)
+    return wall, sum(secs - before.get(pid, 0.0) for pid, secs in after.items())
 
 
 def loadavg() -> str:
