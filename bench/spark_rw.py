@@ -238,6 +238,16 @@ def main() -> None:
         kv.write.format("txnlog").option("topic", topic).option("partitions", "2") \
             .mode("append").save(root)
 
+    def sliced_read(rows: int) -> None:
+        """The txnlog read yielding batches of at most ``rows`` rows (A/B in one run)."""
+        sc = spark.sparkContext
+        sc.setLocalProperty("txnlog.read.batchRows", str(rows))
+        try:
+            spark.read.format("txnlog").option("subscribe", "bench-0").load(root) \
+                .write.format("noop").mode("overwrite").save()
+        finally:
+            sc.setLocalProperty("txnlog.read.batchRows", None)
+
     # The first txnlog write (the warm-up) must be a full one: it is what the read op reads.
     txnlog_write()
 
@@ -247,6 +257,7 @@ def main() -> None:
         "read txnlog": ("read", lambda: spark.read.format("txnlog")
                         .option("subscribe", "bench-0").load(root)
                         .write.format("noop").mode("overwrite").save()),
+        "read txnlog sliced": ("read", lambda: sliced_read(16384)),
         "read parquet": ("read", lambda: spark.read.parquet(pq_read).write.format("noop")
                          .mode("overwrite").save()),
         "write ceiling": ("write", lambda: kv.write.format("txnlog_bench").mode("append")

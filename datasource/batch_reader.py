@@ -12,6 +12,10 @@ from .options import ReadOptions
 from .planning import OffsetRange, partition_snapshot, plan_ranges, split_ranges
 from .projection import arrow_schema, check_requested_schema
 
+# A Spark local property (sc.setLocalProperty) that makes read tasks yield Arrow batches of
+# at most this many rows (zero-copy slices of the decoded chunks); unset or 0: whole chunks.
+BATCH_ROWS_PROPERTY = "txnlog.read.batchRows"
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
@@ -93,6 +97,7 @@ class TxnlogBatchReader(DataSourceReader):
                                  isolation_level=self.opts.isolation_level,
                                  include_headers=self.needs_headers,
                                  snapshot=partition.snapshot)
+        step = _batch_rows()
         for chunk in reader.read(r.start, r.end):
             batch = chunk.batch
             if self.filters:
@@ -101,7 +106,23 @@ class TxnlogBatchReader(DataSourceReader):
                 batch = apply(batch, self.filters)
                 if batch.num_rows == 0:
                     continue
-            yield project(batch, target)
+            batch = project(batch, target)
+            if step and batch.num_rows > step:
+                for start in range(0, batch.num_rows, step):
+                    yield batch.slice(start, step)
+            else:
+                yield batch
+
+
+def _batch_rows() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    raw = ctx.getLocalProperty(BATCH_ROWS_PROPERTY) if ctx else None
+    try:
+        return max(0, int(raw)) if raw else 0
+    except ValueError:
+        return 0
 
 
 class TxnlogFilteringBatchReader(TxnlogBatchReader):

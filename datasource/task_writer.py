@@ -23,7 +23,7 @@ from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.errors import ProducerFencedError
 from txnlog.log_format import layout
 from txnlog.log_format.arrow_codec import EncodedRecords
-from txnlog.log_format.arrow_encode import StreamEncoder
+from txnlog.log_format.arrow_encode import StreamEncoder, prepare_columns
 from txnlog.log_format.compression import Codec
 from txnlog.log_format.storage import Storage
 from txnlog.log_format.topics import UnknownTopicError, read_topic
@@ -200,11 +200,12 @@ class TaskWriter:
         records, groups = self.router.assign(batch)
         if not groups:
             return
-        now_ms = int(time.time() * 1000)
+        # The batch's columns are taken apart once, for every partition its rows go to.
+        prepared = prepare_columns(records, int(time.time() * 1000))
         for tp, rows in groups.items():
             enc = self._encoder(tp)
             before = enc.nbytes
-            enc.append(records, rows, now_ms)
+            enc.append(prepared, rows)
             self._buffered += enc.nbytes - before
         if self._buffered >= self.flush_bytes:
             self.flush(wait=not self.overlap)

@@ -112,6 +112,63 @@ class EncodedRecords:
         return b"".join(parts)
 
 
+class PreparedColumns:
+    """One Arrow batch's columns as the encode kernel takes them, extracted once so that a
+    batch whose rows go to several partitions is not taken apart once per partition."""
+
+    __slots__ = ("_k_off", "_row_bytes", "_v_off", "cols", "header_bytes", "num_rows",
+                 "span_bytes")
+
+    def __init__(self, num_rows: int, cols: tuple, k_off: np.ndarray, v_off: np.ndarray,
+                 header_bytes: int) -> None:
+        self.num_rows = num_rows
+        self.cols = cols
+        self._k_off, self._v_off = k_off, v_off
+        self.span_bytes = _span(k_off) + _span(v_off)
+        self.header_bytes = header_bytes  # headers' whole span: a bound for any selection
+        self._row_bytes: np.ndarray | None = None
+
+    @property
+    def row_bytes(self) -> np.ndarray:
+        """int64 key + value data bytes of each row (computed on first use, once)."""
+        if self._row_bytes is None:
+            self._row_bytes = _row_bytes(self._k_off) + _row_bytes(self._v_off)
+        return self._row_bytes
+
+
+def prepare_columns(columns: pa.RecordBatch | pa.Table, now_ms: int | None = None
+                    ) -> PreparedColumns:
+    """``columns`` (see ``encode_arrow``) ready for ``StreamEncoder.append``; null or missing
+    timestamps become ``now_ms`` (default: now)."""
+    names = columns.schema.names
+    if "value" not in names:
+        raise ValueError("encode_arrow needs a 'value' column (binary or string)")
+    n = columns.num_rows
+    if now_ms is None:
+        now_ms = int(time.time() * 1000)
+    v_off, v_valid, v_data = _binary_parts(_column(columns, "value"), "value")
+    key = _column(columns, "key")
+    if key is None:
+        k_off, k_valid, k_data = np.zeros(n + 1, np.int32), np.zeros(n, np.uint8), _EMPTY_U8
+    else:
+        k_off, k_valid, k_data = _binary_parts(key, "key")
+    ts = _timestamps_ms(_column(columns, "timestamp"), n, now_ms)
+    headers = _column(columns, "headers")
+    has_headers = headers is not None
+    if has_headers:
+        h_list_off, h_list_valid, (hk_off, _, hk_data), (hv_off, hv_valid, hv_data) = \
+            _header_parts(headers)
+    else:
+        h_list_off, h_list_valid = np.zeros(1, np.int64), _EMPTY_U8
+        hk_off = hv_off = _EMPTY_I32
+        hk_data = hv_valid = hv_data = _EMPTY_U8
+    cols = (*map(_ro, (v_off, v_valid, v_data, k_off, k_valid, k_data, ts)), has_headers,
+            *map(_ro, (h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid,
+                       hv_data)))
+    header_bytes = _span(hk_off) + _span(hv_off) + E.HEADER_OVERHEAD * (len(hk_off) - 1)
+    return PreparedColumns(n, cols, k_off, v_off, header_bytes)
+
+
 class StreamEncoder:
     """One partition's records, appended Arrow batch by Arrow batch, as one run of v2 batches.
 
@@ -157,10 +214,12 @@ class StreamEncoder:
         """Bytes written so far (the open batch's header included)."""
         return int(self._state[E.S_POS])
 
-    def append(self, columns: pa.RecordBatch | pa.Table, rows: np.ndarray | None = None,
-               now_ms: int | None = None) -> None:
+    def append(self, columns: pa.RecordBatch | pa.Table | PreparedColumns,
+               rows: np.ndarray | None = None, now_ms: int | None = None) -> None:
         """Append ``columns`` (all rows, or the row numbers in ``rows``, in that order); see
-        ``encode_arrow`` for the columns."""
+        ``encode_arrow`` for the columns. ``columns`` may be ``prepare_columns``' result, to
+        append rows of one batch to several encoders with its columns extracted once (then
+        ``now_ms`` is the one given to ``prepare_columns``)."""
         self._run(columns, rows, now_ms, close=False)
 
     def finish(self) -> EncodedRecords:
@@ -192,7 +251,8 @@ class StreamEncoder:
             data += batch
         return EncodedRecords(data, positions_out, counts, n)
 
-    def _run(self, columns: pa.RecordBatch | pa.Table | None, rows: np.ndarray | None,
+    def _run(self, columns: pa.RecordBatch | pa.Table | PreparedColumns | None,
+             rows: np.ndarray | None,
              now_ms: int | None, close: bool) -> None:
         if self._finished:
             raise RuntimeError("StreamEncoder: append() after finish()")
@@ -200,31 +260,9 @@ class StreamEncoder:
             if close:
                 self._call(_NO_COLUMNS, None, close=True)
             return
-        names = columns.schema.names
-        if "value" not in names:
-            raise ValueError("encode_arrow needs a 'value' column (binary or string)")
-        n = columns.num_rows
-        if now_ms is None:
-            now_ms = int(time.time() * 1000)
-        v_off, v_valid, v_data = _binary_parts(_column(columns, "value"), "value")
-        key = _column(columns, "key")
-        if key is None:
-            k_off, k_valid, k_data = np.zeros(n + 1, np.int32), np.zeros(n, np.uint8), _EMPTY_U8
-        else:
-            k_off, k_valid, k_data = _binary_parts(key, "key")
-        ts = _timestamps_ms(_column(columns, "timestamp"), n, now_ms)
-        headers = _column(columns, "headers")
-        has_headers = headers is not None
-        if has_headers:
-            h_list_off, h_list_valid, (hk_off, _, hk_data), (hv_off, hv_valid, hv_data) = \
-                _header_parts(headers)
-        else:
-            h_list_off, h_list_valid = np.zeros(1, np.int64), _EMPTY_U8
-            hk_off = hv_off = _EMPTY_I32
-            hk_data = hv_valid = hv_data = _EMPTY_U8
-        cols = (*map(_ro, (v_off, v_valid, v_data, k_off, k_valid, k_data, ts)), has_headers,
-                *map(_ro, (h_list_off, h_list_valid, hk_off, hk_data, hv_off, hv_valid,
-                           hv_data)))
+        prep = columns if isinstance(columns, PreparedColumns) else \
+            prepare_columns(columns, now_ms)
+        n, cols = prep.num_rows, prep.cols
         m = n
         if rows is not None:
             rows = np.ascontiguousarray(rows, dtype=np.int64)
@@ -238,10 +276,10 @@ class StreamEncoder:
         # first batch. With a row selection the bound takes the selected rows' key and value
         # bytes (headers: their whole span, a looser bound).
         if rows is None or m == n:
-            data_bytes = _span(k_off) + _span(v_off)
+            data_bytes = prep.span_bytes
         else:
-            data_bytes = _selected_bytes(k_off, rows) + _selected_bytes(v_off, rows)
-        data_bytes += _span(hk_off) + _span(hv_off) + E.HEADER_OVERHEAD * (len(hk_off) - 1)
+            data_bytes = int(prep.row_bytes[rows].sum())
+        data_bytes += prep.header_bytes
         records_bound = data_bytes + E.RECORD_OVERHEAD * m
         room = max(self.max_batch_bytes - HEADER_SIZE - E.RECORD_OVERHEAD, 1)
         batches_bound = min(m, 2 * records_bound // room + 2) + 1  # + the open one's rest
@@ -300,11 +338,9 @@ def encode_arrow(columns: pa.RecordBatch | pa.Table, *, producer_id: int = -1,
     return enc.finish()
 
 
-def _selected_bytes(off: np.ndarray, rows: np.ndarray) -> int:
-    """Data bytes of the selected rows of an offsets array (nulls count their span: 0)."""
-    if len(off) <= 1:
-        return 0
-    return int((off[rows + 1].astype(np.int64) - off[rows]).sum())
+def _row_bytes(off: np.ndarray) -> np.ndarray:
+    """int64 data bytes of each row of an offsets array (nulls count their span: 0)."""
+    return np.diff(off).astype(np.int64, copy=False)
 
 
 def _span(off: np.ndarray) -> int:

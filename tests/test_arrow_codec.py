@@ -37,7 +37,7 @@ from txnlog.log_format.arrow_codec import (
     read_schema,
     scan_batches,
 )
-from txnlog.log_format.arrow_encode import StreamEncoder
+from txnlog.log_format.arrow_encode import StreamEncoder, prepare_columns
 from txnlog.log_format.errors import CrcMismatchError
 
 CODECS = [0, 1, 2, 3, 4]
@@ -653,12 +653,14 @@ def test_decompression_scratch_reuse_never_aliases_results() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(record_strategy, min_size=1, max_size=60),
        max_batch=st.integers(0, 2000), cuts=st.lists(st.integers(0, 60), max_size=4),
-       seed=st.integers(0, 2**32 - 1), headers=st.booleans(), codec=st.sampled_from(CODECS))
+       seed=st.integers(0, 2**32 - 1), headers=st.booleans(), codec=st.sampled_from(CODECS),
+       prepared=st.booleans())
 def test_stream_encoder_matches_one_call(records: list[tuple], max_batch: int,
                                          cuts: list[int], seed: int, headers: bool,
-                                         codec: int) -> None:
+                                         codec: int, prepared: bool) -> None:
     """Rows appended in pieces, each piece a row selection of its own Arrow batch (as a task
-    routes them), give exactly the bytes of one encode_arrow call on those rows in order."""
+    routes them), give exactly the bytes of one encode_arrow call on those rows in order;
+    also when the batch's columns are prepared once and reused for every piece."""
     rb = to_arrow(records)
     if not headers:
         rb = rb.drop_columns(["headers"])
@@ -669,8 +671,9 @@ def test_stream_encoder_matches_one_call(records: list[tuple], max_batch: int,
     want = encode_arrow(rb.take(pa.array(picked)), **kw)
     enc = StreamEncoder(**kw)
     bounds = [0, *sorted(min(c, len(picked)) for c in cuts), len(picked)]
+    source = prepare_columns(rb, T0) if prepared else rb
     for lo, hi in itertools.pairwise(bounds):
-        enc.append(rb, rows=picked[lo:hi], now_ms=T0)
+        enc.append(source, rows=picked[lo:hi], now_ms=T0)
     got = enc.finish()
     assert bytes(got.data) == bytes(want.data)
     assert got.positions.tolist() == want.positions.tolist()
@@ -689,5 +692,7 @@ def test_stream_encoder_grows_and_refuses_bad_rows() -> None:
     assert bytes(enc.finish().data) == bytes(encode_arrow(whole, max_batch_bytes=300).data)
     with pytest.raises(ValueError, match="row number"):
         StreamEncoder().append(rb, rows=np.array([0, 50]))
+    with pytest.raises(ValueError, match="row number"):
+        StreamEncoder().append(prepare_columns(rb), rows=np.array([-1, 0]))
     empty = StreamEncoder().finish()
     assert empty.record_count == 0 and bytes(empty.stamp_base_offset(3)) == b""
