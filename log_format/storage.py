@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, BinaryIO, ClassVar, TypeVar
 from urllib.parse import unquote, urlparse
 
 from . import dir_sync, unsafe
@@ -316,13 +316,16 @@ class LocalStorage(Storage):
             raise
         self._fsync_dir(os.path.dirname(full))
 
-    def get(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+    def _open(self, path: str) -> BinaryIO:
+        """The object's file for reading; a directory of that name is no object."""
         full = self._full(path)
         try:
-            f = open(full, "rb")  # noqa: SIM115 - closed by the with below
+            return open(full, "rb")  # the caller closes it
         except IsADirectoryError as exc:
             raise FileNotFoundError(errno.ENOENT, "not an object (a directory)", full) from exc
-        with f:
+
+    def get(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        with self._open(path) as f:
             if start:
                 f.seek(start)
             if end is None:
@@ -340,12 +343,7 @@ class LocalStorage(Storage):
         """
         if start is not None and end is not None and end - start < MMAP_MIN_BYTES:
             return self.get(path, start, end)
-        full = self._full(path)
-        try:
-            f = open(full, "rb")  # noqa: SIM115 - closed by the with below
-        except IsADirectoryError as exc:
-            raise FileNotFoundError(errno.ENOENT, "not an object (a directory)", full) from exc
-        with f:
+        with self._open(path) as f:
             size = os.fstat(f.fileno()).st_size
             lo = min(start or 0, size)
             hi = size if end is None else max(lo, min(end, size))
