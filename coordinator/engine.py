@@ -766,20 +766,27 @@ class Engine:
         if m is not None:
             m.inc(amount)
 
-    async def confirm(self, pid: int, epoch: int, parts: list[dict[str, Any]],
-                      wait_stable: bool = False) -> dict[str, Any]:
-        todo = []
+    def _to_confirm(self, parts: list[dict[str, Any]], pids: set[int], whose: str
+                    ) -> dict[int, list[list[Any]]]:
+        """The reservations among ``parts`` still to confirm, by producer; one reserved by a
+        producer outside ``pids`` is refused (Confirm and EndTxn's ``written``)."""
+        todo: dict[int, list[list[Any]]] = {}
         for part in parts:
             key = (part["topic"], part["partition"], part["base_offset"])
             res = self.reservations.get(key)
             if res is None:
                 continue  # already resolved (a retry) or never ours: nothing to move
-            if res.pid != pid:
+            if res.pid not in pids:
                 raise InvalidRequestError(
                     f"offset {key[2]} of {key[0]}-{key[1]} was reserved by producer {res.pid}, "
-                    f"not {pid}")
+                    f"not {whose}")
             if not res.confirmed:
-                todo.append(list(key))
+                todo.setdefault(res.pid, []).append(list(key))
+        return todo
+
+    async def confirm(self, pid: int, epoch: int, parts: list[dict[str, Any]],
+                      wait_stable: bool = False) -> dict[str, Any]:
+        todo = self._to_confirm(parts, {pid}, str(pid)).get(pid)
         if todo:
             await self._commit([LogRecord("confirm", {"id": str(pid), "pid": pid,
                                                       "parts": todo})])
@@ -925,18 +932,8 @@ class Engine:
     def _confirm_in_end(self, txn: Txn, written: list[dict[str, Any]]) -> None:
         """Apply and queue a confirm of reservations of ``txn``'s producers (not awaited:
         the Prepare queued after it is, and the log is sequential)."""
-        pids = {txn.pid, *txn.member_pids()}
-        todo: dict[int, list[list[Any]]] = {}
-        for part in written:
-            key = (part["topic"], part["partition"], part["base_offset"])
-            res = self.reservations.get(key)
-            if res is None or res.confirmed:
-                continue  # already resolved (a retry): nothing to move
-            if res.pid not in pids:
-                raise InvalidRequestError(
-                    f"offset {key[2]} of {key[0]}-{key[1]} was reserved by producer {res.pid}, "
-                    f"not by a producer of {txn.tid!r}")
-            todo.setdefault(res.pid, []).append(list(key))
+        todo = self._to_confirm(written, {txn.pid, *txn.member_pids()},
+                                f"by a producer of {txn.tid!r}")
         for rpid, parts in todo.items():
             self._commit([LogRecord("confirm", {"id": str(rpid), "pid": rpid, "parts": parts})])
 
