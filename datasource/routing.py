@@ -27,7 +27,6 @@ RECORD_COLUMNS = ("key", "value", "headers", "timestamp")
 ALL_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
 # Up to this many partitions (one topic), rows are grouped by one scan per partition.
 SCAN_GROUPS = 64
-_ZERO_CODES = np.zeros(1, np.int64)  # topic codes where one topic is known: only read as [0]
 
 
 def check_write_schema(schema: pa.Schema | object, topic_option: str | None) -> None:
@@ -107,13 +106,6 @@ class Router:
             return batch.select([c for c in RECORD_COLUMNS if c in batch.schema.names]), {}
         names = batch.schema.names
         record_cols = [c for c in RECORD_COLUMNS if c in names]
-        if self.topic_option is not None and "partition" not in names and "key" in names:
-            keys = batch.column(names.index("key"))
-            if keys.null_count == 0:  # the common case: every row routed by its key
-                n = self.partitions_of(self.topic_option)
-                part = np.asarray(partitions_for_keys(keys, n), dtype=np.int64)
-                return batch.select(record_cols), _groups(
-                    [self.topic_option], np.array([n], np.int64), _ZERO_CODES, part, n_rows)
         if self.topic_option is not None:
             topics = [self.topic_option]
             topic_codes = np.zeros(n_rows, dtype=np.int64)
