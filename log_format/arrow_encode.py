@@ -85,6 +85,10 @@ class EncodedRecords:
         return (f"EncodedRecords({len(self.positions)} batches, {self.record_count} records, "
                 f"{len(self)} bytes)")
 
+    def _batch_bases(self, base: int) -> np.ndarray:
+        """Each batch's base offset when the first one starts at ``base``."""
+        return base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
+
     def stamp_base_offset(self, base: int) -> memoryview:
         """Like ``with_base_offset``, but stamps the offsets into the encoded buffer itself and
         returns a view of it: no copy of the (segment-sized) data. Stamping again with another
@@ -92,7 +96,7 @@ class EncodedRecords:
         buf = self._buf
         if not len(self.positions):
             return memoryview(b"")
-        bases = base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
+        bases = self._batch_bases(base)
         arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
         arr[self.positions[:, None] + np.arange(8)] = bases.astype(">i8").view(np.uint8) \
             .reshape(-1, 8)
@@ -102,7 +106,7 @@ class EncodedRecords:
         """The batches with batch i at offset base + sum(counts[:i]); CRCs stay valid."""
         if not len(self.positions):
             return b""
-        bases = base + np.concatenate(([0], np.cumsum(self.counts[:-1], dtype=np.int64)))
+        bases = self._batch_bases(base)
         ends = [*self.positions[1:].tolist(), len(self._buf)]
         view = memoryview(self._buf)
         parts: list[Any] = []

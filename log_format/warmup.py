@@ -29,8 +29,9 @@ def warm_up() -> None:
         "headers": pa.array([[{"key": "h", "value": b"x"}], []], pa.list_(_HEADER)),
     })
     partitions_for_keys(cols.column("key"), 3)
-    # Each distinct argument layout is its own compiled signature: with and without keys and
-    # headers (the missing columns are passed as read-only empty arrays).
+    # Every column mix a caller may pass (with and without keys and headers). They share one
+    # encode signature because missing columns are passed as read-only arrays like present
+    # ones; running them all keeps any future split of that signature warmed too.
     layouts = (cols, cols.drop_columns(["headers"]), cols.select(["value"]))
     for columns in layouts:
         for transactional in (False, True):
