@@ -150,6 +150,7 @@ def _run_cpu(root_pid: int, marker: str) -> dict[int, float]:
     parent: dict[int, int] = {}
     cpu: dict[int, float] = {}
     named: set[int] = set()
+    kinds: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -164,6 +165,7 @@ def _run_cpu(root_pid: int, marker: str) -> dict[int, float]:
         pid = int(entry)
         parent[pid] = int(fields[1])
         cpu[pid] = sum(int(x) for x in fields[11:15]) / _TICK
+        kinds[pid] = _kind(cmd, marker)
         if marker.encode() in cmd:
             named.add(pid)
     out = {}
@@ -173,18 +175,43 @@ def _run_cpu(root_pid: int, marker: str) -> dict[int, float]:
             p = parent.get(p, 0)
         if p == root_pid or pid in named:
             out[pid] = secs
+            _KIND[pid] = kinds[pid]
     return out
 
 
-def timed(fn: Callable[[], object], marker: str) -> tuple[float, float]:
+_KIND: dict[int, str] = {}  # pid -> what it is, for --breakdown
+
+
+def _kind(cmd: bytes, marker: str) -> str:
+    """What a process of the run is (its reaped children count with it: the JVM's are the
+    planner Python workers, the daemon's the executor Python workers that ended)."""
+    if marker.encode() in cmd:
+        return "coordinator"
+    if b"java" in cmd.split(b"\0", 1)[0]:
+        return "jvm"
+    if b"pyspark.daemon" in cmd:
+        return "py daemon"
+    if b"pyspark.worker" in cmd or b"pyspark" in cmd:
+        return "py worker"
+    return "other"
+
+
+def timed(fn: Callable[[], object], marker: str,
+          breakdown: dict[str, float] | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the run's processes) of one call. A process that ends
-    during the call counts through the parent that reaps it (see _run_cpu)."""
+    during the call counts through the parent that reaps it (see _run_cpu). ``breakdown``
+    receives the CPU seconds per kind of process (see _kind)."""
     before = _run_cpu(os.getpid(), marker)
     t = time.perf_counter()
     fn()
     wall = time.perf_counter() - t
     after = _run_cpu(os.getpid(), marker)
-    return wall, sum(secs - before.get(pid, 0.0) for pid, secs in after.items())
+    deltas = {pid: secs - before.get(pid, 0.0) for pid, secs in after.items()}
+    if breakdown is not None:
+        for pid, secs in deltas.items():
+            kind = "driver" if pid == os.getpid() else _KIND.get(pid, "?")
+            breakdown[kind] = breakdown.get(kind, 0.0) + secs
+    return wall, sum(deltas.values())
 
 
 def loadavg() -> str:
@@ -199,6 +226,10 @@ def main() -> None:
     ap.add_argument("--txnlog-dir", default=None,
                     help="folder for the txnlog root (default: the work folder)")
     ap.add_argument("--only", default="", help="comma-separated op names to run")
+    ap.add_argument("--ops", choices=("all", "read", "write"), default="all",
+                    help="run only the read or the write ops")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="print each op's CPU per kind of process (JVM, Python workers, ...)")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -228,7 +259,8 @@ def main() -> None:
     print(f"workers' txnlog codec: {codec_file}", flush=True)
 
     src = spark.read.format("txnlog_bench").option("rows", n)
-    src.load().write.mode("overwrite").parquet(pq_read)
+    if args.ops != "write":
+        src.load().write.mode("overwrite").parquet(pq_read)
     src.schema("key binary, value binary").load().write.mode("overwrite").parquet(pq_kv)
     kv = spark.read.parquet(pq_kv)
     writes = iter(range(1_000_000))
@@ -266,7 +298,8 @@ def main() -> None:
         "write parquet": ("write", lambda: kv.write.mode("overwrite").parquet(pq_out)),
     }
     only = {o.strip() for o in args.only.split(",") if o.strip()}
-    names = [name for name in ops if not only or name in only]
+    names = [name for name in ops if (not only or name in only)
+             and args.ops in ("all", ops[name][0])]
     for name in names:
         if name != "write txnlog":
             ops[name][1]()  # warm-up
@@ -276,11 +309,14 @@ def main() -> None:
         for kind in ("read", "write"):
             group = [name for name in names if ops[name][0] == kind]
             for name in group[r % len(group):] + group[:r % len(group)] if group else []:
-                w, c = timed(ops[name][1], str(root_path))
+                kinds: dict[str, float] = {}
+                w, c = timed(ops[name][1], str(root_path), kinds)
                 wall[name].append(w)
                 cpu[name].append(c)
+                split = ("  [" + ", ".join(f"{k} {v:.2f}" for k, v in sorted(kinds.items())
+                                           if abs(v) >= 0.005) + "]") if args.breakdown else ""
                 print(f"round {r + 1} {name:14s} {w:6.2f} s wall {c:6.2f} s CPU "
-                      f"(load {loadavg()})", flush=True)
+                      f"(load {loadavg()}){split}", flush=True)
                 if name == "write txnlog":  # committed; only bench-0 is read again
                     for topic_dir in root_path.glob("bench-*-*"):
                         if not topic_dir.name.startswith("bench-0-"):
