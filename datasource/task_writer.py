@@ -25,7 +25,7 @@ from txnlog.log_format import layout
 from txnlog.log_format.arrow_codec import EncodedRecords
 from txnlog.log_format.arrow_encode import StreamEncoder, prepare_columns
 from txnlog.log_format.compression import Codec
-from txnlog.log_format.storage import Storage
+from txnlog.log_format.storage import Storage, aligned_empty
 from txnlog.log_format.topics import UnknownTopicError, read_topic
 
 from .options import WriteOptions
@@ -133,7 +133,9 @@ def _take_buffer(size: int) -> np.ndarray:
         for i, buf in enumerate(_spare):
             if len(buf) >= size:
                 return _spare.pop(i)
-    return np.empty(size, np.uint8)  # untouched capacity is virtual memory only
+    # Untouched capacity is virtual memory only. Aligned: the segment is written from this
+    # memory with direct I/O (LocalStorage), not copied into the page cache.
+    return aligned_empty(size)
 
 
 def _give_back(buffers: list[np.ndarray]) -> None:

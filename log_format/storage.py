@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import mmap
 import os
@@ -33,6 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar, TypeVar
 from urllib.parse import unquote, urlparse
+
+import numpy as np
 
 from . import dir_sync, unsafe
 from .errors import TxnlogError
@@ -248,6 +251,50 @@ def _build(root: str, options: dict[str, Any]) -> Storage:
 # Ranges at least this large are memory-mapped by LocalStorage.get_view (smaller ones are
 # cheaper to read).
 MMAP_MIN_BYTES = 1 << 20
+# Objects of at least DIRECT_MIN_BYTES whose memory starts at a DIRECT_ALIGN boundary are
+# written with O_DIRECT (all but the last partial block): the device reads them from our
+# memory, instead of the CPU copying every byte into the page cache first. That copy (and
+# the page-cache pages it allocates) cost a Spark write ~2 s CPU per 1.3 GB; the object is
+# fsynced either way, so durability is the same. Smaller objects (the coordinator's) take
+# the page cache: a synchronous device write is slower for them than a copy.
+DIRECT_MIN_BYTES = 1 << 20
+DIRECT_ALIGN = 4096  # the largest logical block size of common devices
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialised uint8 array whose data starts at a DIRECT_ALIGN boundary (so that
+    LocalStorage can write it with direct I/O)."""
+    raw = np.empty(nbytes + DIRECT_ALIGN, np.uint8)
+    skip = -raw.ctypes.data % DIRECT_ALIGN
+    return raw[skip:skip + nbytes]
+
+
+def _direct_head(view: memoryview) -> int:
+    """How many leading bytes of ``view`` can go out with direct I/O (0: none)."""
+    if not hasattr(os, "O_DIRECT") or view.nbytes < DIRECT_MIN_BYTES or \
+            not view.c_contiguous:
+        return 0
+    if np.frombuffer(view, np.uint8).ctypes.data % DIRECT_ALIGN:
+        return 0
+    return view.nbytes - view.nbytes % DIRECT_ALIGN
+
+
+def _write_direct(fd: int, view: memoryview, head: int) -> memoryview:
+    """Write ``view[:head]`` through ``fd`` (opened with O_DIRECT), then switch ``fd`` to
+    buffered I/O; returns what is left to write. A file system that refuses the direct
+    write (EINVAL) gets the bytes buffered instead."""
+    done = 0
+    try:
+        while done < head:
+            n = os.write(fd, view[done:head])
+            done += n
+            if n % DIRECT_ALIGN:  # a short, unaligned write: finish buffered
+                break
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+    return view[done:]
 
 
 class LocalStorage(Storage):
@@ -266,9 +313,19 @@ class LocalStorage(Storage):
         os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory,
                            f".{os.path.basename(full)}{_TEMP_MARK}{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        view = memoryview(data).cast("B")
+        direct = _direct_head(view)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         try:
-            view = memoryview(data)
+            fd = os.open(tmp, flags | (os.O_DIRECT if direct else 0), 0o644)
+        except OSError as exc:  # a file system without direct I/O
+            if not direct or exc.errno != errno.EINVAL:
+                raise
+            direct = 0
+            fd = os.open(tmp, flags, 0o644)
+        try:
+            if direct:
+                view = _write_direct(fd, view, direct)
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
