@@ -10,6 +10,7 @@ the transaction time out.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -265,6 +266,23 @@ class TaskWriter:
             self.records += enc.record_count
 
 
+# Spark's worker daemon runs gc.collect() after every task of a reused Python worker, and a
+# full collection walks every tracked object: with numba and the compiled kernels loaded
+# (~150,000 objects) that is ~30 ms per task, ~0.3 s CPU per 10 M-row write in local[2].
+# From a worker's second write task on, the objects alive at its start (modules, kernels,
+# caches; the last task's garbage is already collected) are moved to the permanent
+# generation once, so later collections scan only what tasks allocate.
+_gc_frozen = False
+_tasks_run = 0
+
+
+def _freeze_long_lived() -> None:
+    global _gc_frozen
+    if not _gc_frozen and _tasks_run:
+        gc.freeze()
+        _gc_frozen = True
+
+
 def _flush_bytes(ctx: object | None) -> int:
     raw = ctx.getLocalProperty(FLUSH_BYTES_PROPERTY) if ctx else None  # type: ignore[attr-defined]
     try:
@@ -283,6 +301,9 @@ def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: Coo
     """
     from pyspark import TaskContext
 
+    global _tasks_run
+    _freeze_long_lived()
+    _tasks_run += 1
     ctx = TaskContext.get()
     task_partition = ctx.partitionId() if ctx else 0
     attempt = ctx.attemptNumber() if ctx else 0
