@@ -1,6 +1,7 @@
 """Spark read/write throughput through txnlog vs. the Python Data Source ceiling and Parquet.
 
     python bench/spark_rw.py [--rows 10000000] [--repeat 3] [--dir DIR] [--txnlog-dir DIR]
+        [--ops read|write] [--only OP,...] [--breakdown] [--conf KEY=VALUE ...]
 
 Rows: 16-byte random keys, 100-byte random values (spark-python-datasource.md section 4).
 
@@ -26,6 +27,10 @@ minutes):
   work stretches wall time but barely CPU time, so the CPU ratio (ceiling CPU / op CPU) is
   the load-robust one: on an otherwise idle 2-core machine, where every op keeps both cores
   busy, throughput follows it.
+- --breakdown splits each op's CPU by process: the JVM (with the planner Python workers it
+  reaped), the executor Python workers (daemon and workers), the coordinator, the driver.
+- --conf sets a Spark session option for all ops alike (e.g.
+  spark.sql.execution.arrow.maxRecordsPerBatch): never one side only.
 - Tasks: both ceilings use as many Spark tasks as their txnlog op (the read ceiling one per
   topic partition: 2; the writes all read the same Parquet input, hence the same tasks).
 - Durability: a txnlog write fsyncs every segment object before confirming it (a confirmed
@@ -228,13 +233,15 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated op names to run")
     ap.add_argument("--ops", choices=("all", "read", "write"), default="all",
                     help="run only the read or the write ops")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Spark session setting (applies to every op alike)")
     ap.add_argument("--breakdown", action="store_true",
                     help="print each op's CPU per kind of process (JVM, Python workers, ...)")
     args = ap.parse_args()
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark import cloudpickle
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrameReader, SparkSession
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import us
     work = Path(args.dir or tempfile.mkdtemp(prefix="txnlog-bench-"))
@@ -245,23 +252,34 @@ def main() -> None:
     root = root_path.as_uri()
     pq_kv, pq_read, pq_out = (str(work / n) for n in ("kv.parquet", "read.parquet", "out"))
 
-    spark = (SparkSession.builder.master("local[2]").appName("txnlog-bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "4g")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("txnlog-bench")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "4g")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(BenchSource)
     n = args.rows
-    print(f"rows={n:,} repeat={args.repeat} load average before: {loadavg()}", flush=True)
+    print(f"rows={n:,} repeat={args.repeat} conf={args.conf} load average before: "
+          f"{loadavg()}", flush=True)
     codec_file = spark.sparkContext.parallelize([0], 1).map(
         lambda _: __import__("txnlog.log_format.arrow_encode", fromlist=["_"]).__file__).first()
     print(f"workers' txnlog codec: {codec_file}", flush=True)
 
-    src = spark.read.format("txnlog_bench").option("rows", n)
+    def src() -> DataFrameReader:
+        """A fresh reader each time: DataFrameReader.schema() and .option() mutate the reader
+        they are called on, and until this was a function the key+value schema set for the
+        write input below stuck to the read ceiling, which then read 2 columns, not 7."""
+        return spark.read.format("txnlog_bench").option("rows", n)
+
     if args.ops != "write":
-        src.load().write.mode("overwrite").parquet(pq_read)
-    src.schema("key binary, value binary").load().write.mode("overwrite").parquet(pq_kv)
+        src().load().write.mode("overwrite").parquet(pq_read)
+        assert len(src().load().columns) == 7, "the read ceiling must read txnlog's 7 columns"
+    src().schema("key binary, value binary").load().write.mode("overwrite").parquet(pq_kv)
     kv = spark.read.parquet(pq_kv)
     writes = iter(range(1_000_000))
 
@@ -284,7 +302,7 @@ def main() -> None:
     txnlog_write()
 
     ops: dict[str, tuple[str, Callable[[], object]]] = {
-        "read ceiling": ("read", lambda: src.load().write.format("noop").mode("overwrite")
+        "read ceiling": ("read", lambda: src().load().write.format("noop").mode("overwrite")
                          .save()),
         "read txnlog": ("read", lambda: spark.read.format("txnlog")
                         .option("subscribe", "bench-0").load(root)
