@@ -591,8 +591,15 @@ class S3Storage(Storage):
 
             kwargs = s3fs_kwargs(options)
             kwargs.setdefault("use_listings_cache", False)  # listings must never be stale
+            # One attempt per call below us: botocore's and s3fs's own retry loops back off
+            # up to 8-15 s, so a call made while the server was briefly down kept sleeping
+            # long after it was back (every commit waited on it). ``_retrying`` retries
+            # with backoff capped at RetryPolicy.max_delay_s instead.
+            kwargs.setdefault("config_kwargs", {}).setdefault(
+                "retries", {"max_attempts": 1, "mode": "standard"})
             kwargs["skip_instance_cache"] = True  # our own cache keys on the options
             fs = s3fs.S3FileSystem(**kwargs)
+            fs.retries = 1  # s3fs's own loop (a class attribute, not an argument)
         self.fs = fs
 
     def _key(self, path: str) -> str:
