@@ -7,6 +7,7 @@ Uncompressed batches are decoded straight from the input buffer.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +93,7 @@ def decode_to_arrow(data: Any, *, topic: str, partition: int, start_offset: int 
             f"{data_cap} bytes of records are too many for one Arrow batch; decode a smaller "
             "offset range")
     log_append = ((batches["attributes"] & TIMESTAMP_TYPE_MASK) != 0).astype(np.uint8)
-    cols = _Columns(n_cap, data_cap, include_headers)
+    cols = _Columns.take(n_cap, data_cap, include_headers)
     out = K.decode_records(records, starts, ends, batches["base_offset"],
                            batches["base_timestamp"], batches["max_timestamp"], log_append,
                            counts, start_offset, end_offset, include_headers, *cols.buffers())
@@ -212,10 +213,19 @@ class _Columns:
     numpy maps large arrays with transparent huge pages (madvise), so first-touch page
     faults on the ~100 MB of a 1 M-record decode cost a third of what numba's allocator
     (4 KiB pages) does. Untouched capacity is virtual memory only.
+
+    Sets are recycled per thread (``take``): the Arrow batches a decode returns are views
+    of these arrays, and first-touch page faults on fresh ones were ~40% of the read path's
+    CPU outside Spark (system time, on this VM). A set is reused only once nothing refers to
+    its arrays any more: every Arrow buffer over them is made by ``pa.py_buffer``, which holds
+    a reference to the numpy view (and the view to its array) for as long as the buffer
+    lives, so a reference count at its fresh value proves no batch, slice, table or copy
+    made without ``copy`` can still see the memory.
     """
 
     def __init__(self, n_cap: int, data_cap: int, include_headers: bool) -> None:
         rows = n_cap if include_headers else 0
+        self.n_cap, self.data_cap, self.rows = n_cap, data_cap, rows
         self.key_off = np.empty(n_cap + 1, np.int32)
         self.key_data = np.empty(data_cap, np.uint8)
         self.key_valid = np.empty(n_cap, np.uint8)
@@ -228,11 +238,50 @@ class _Columns:
         self.list_off = np.empty(rows + 1, np.int32)
         self.list_valid = np.empty(rows, np.uint8)
         self.header_pos = np.empty(rows, np.int64)
+        self._free_refs = self._refs()
+
+    @classmethod
+    def take(cls, n_cap: int, data_cap: int, include_headers: bool) -> _Columns:
+        """A set with at least this capacity: a free recycled one of this thread, else new
+        (kept for reuse while the thread holds fewer than POOL_SETS, each at most
+        POOL_MAX_DATA bytes)."""
+        pool: list[_Columns] | None = getattr(_POOL, "sets", None)
+        if pool is None:
+            pool = _POOL.sets = []
+        rows = n_cap if include_headers else 0
+        for cols in pool:
+            if (cols.n_cap >= n_cap and cols.data_cap >= data_cap and cols.rows >= rows
+                    and cols.is_free()):
+                return cols
+        # Headroom, so the next piece (sizes vary by a few %) fits the recycled set too.
+        cols = cls(n_cap + (n_cap >> 3), data_cap + (data_cap >> 3), include_headers)
+        if cols.data_cap <= POOL_MAX_DATA:
+            if len(pool) >= POOL_SETS:
+                free = [i for i, c in enumerate(pool) if c.is_free()]
+                if not free:
+                    return cols
+                del pool[free[0]]
+            pool.append(cols)
+        return cols
+
+    def _refs(self) -> list[int]:
+        return [sys.getrefcount(a) for a in self.buffers()]
+
+    def is_free(self) -> bool:
+        """Nothing but this set refers to its arrays (see the class docstring)."""
+        return self._refs() == self._free_refs
 
     def buffers(self) -> tuple[np.ndarray, ...]:
         return (self.key_off, self.key_data, self.key_valid, self.val_off, self.val_data,
                 self.val_valid, self.offsets, self.stamps, self.ts_types, self.list_off,
                 self.list_valid, self.header_pos)
+
+
+# Output sets a thread recycles: a Spark task holds ~3 decoded chunks at once (the one
+# PySpark is writing, PartitionReader's one-behind chunk, the one being decoded).
+POOL_SETS = 4
+POOL_MAX_DATA = 64 << 20
+_POOL = threading.local()
 
 
 def _bitmap(valid: np.ndarray, n: int, nulls: int) -> pa.Buffer | None:

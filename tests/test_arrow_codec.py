@@ -650,6 +650,44 @@ def test_decompression_scratch_reuse_never_aliases_results() -> None:
     assert not errors
 
 
+def test_output_buffer_recycling_never_aliases_results() -> None:
+    """Decoded columns live in recycled per-thread arrays: whatever still refers to an
+    earlier result (the batch, a slice, one column, a numpy view, a table) keeps it intact,
+    and arrays nothing refers to any more are reused (so this test exercises the pool)."""
+    sets = []
+    for seed in range(12):
+        records = sample_records(120 - 7 * seed, seed=100 + seed)  # later ones fit earlier sets
+        sets.append((records, encode_arrow(to_arrow(records), now_ms=T0).with_base_offset(0)))
+
+    def decode(i: int) -> pa.RecordBatch:
+        return decode_to_arrow(sets[i][1], topic="t", partition=0, include_headers=True).batch
+
+    def check(i: int, keys: list, values: list, offsets: list) -> None:
+        records = sets[i][0]
+        assert keys == [r[1] for r in records]
+        assert values == [r[2] for r in records]
+        assert offsets == list(range(len(records)))
+
+    held = {0: decode(0), 1: decode(1).slice(3), 2: decode(2).column("value"),
+            3: decode(3).column("offset").to_numpy(), 4: pa.Table.from_batches([decode(4)])}
+    for i in range(5, 12):  # more decodes than the pool has sets, results dropped at once
+        check(i, decode(i).column("key").to_pylist(), decode(i).column("value").to_pylist(),
+              decode(i).column("offset").to_pylist())
+    b0, t4 = held[0], held[4]
+    check(0, b0.column("key").to_pylist(), b0.column("value").to_pylist(),
+          b0.column("offset").to_pylist())
+    assert held[1].column("value").to_pylist() == [r[2] for r in sets[1][0]][3:]
+    assert held[2].to_pylist() == [r[2] for r in sets[2][0]]
+    assert held[3].tolist() == list(range(len(sets[3][0])))
+    check(4, t4.column("key").to_pylist(), t4.column("value").to_pylist(),
+          t4.column("offset").to_pylist())
+    assert rows(b0) == expected(sets[0][0])
+    held.clear()
+    del b0, t4
+    first = decode(11).column("value").buffers()[2].address
+    assert decode(11).column("value").buffers()[2].address == first
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(record_strategy, min_size=1, max_size=60),
        max_batch=st.integers(0, 2000), cuts=st.lists(st.integers(0, 60), max_size=4),
