@@ -184,9 +184,66 @@ class Txn:
     last_committed_batch: int | None = None
     last: dict[str, Any] | None = None  # the previous transaction: pid, epoch, outcome, reason
     last_heartbeat: float = field(default_factory=time.monotonic)
+    # Set while an EndTxn(commit) waits for the next log write to be planned with the
+    # others that arrived meanwhile (Engine._join_commit); the reply resolves it.
+    ending: asyncio.Future[dict[str, Any]] | None = field(default=None, repr=False,
+                                                          compare=False)
 
     def member_pids(self) -> set[int]:
         return set(self.members.values())
+
+
+@dataclass
+class _Ending:
+    """An EndTxn(commit) waiting to be planned with the others at the next log write."""
+
+    txn: Txn
+    committed: set[int]
+    reason: str
+    batch_id: int | None
+    verified: list[list[Any]]
+    trace: CommitTrace
+    future: asyncio.Future[dict[str, Any]] | None = None
+
+
+def _share_markers(plans: list[dict[str, Any]]) -> None:
+    """Mark runs of markers at consecutive offsets of one partition, from transactions
+    planned together, as one object: ``plan["shared"]`` gets ``[topic, p, object base]``.
+
+    Only commit markers with no .txnindex entry in that partition share (an aborted
+    member's range is indexed by its own marker object's name). The plans are in the
+    Prepare records, so a restarted coordinator writes the same objects.
+    """
+    runs: dict[tuple[str, int], list[Any]] = {}  # (t, p) -> [object base, end, [plans]]
+    done: list[list[Any]] = []
+    for plan in plans:
+        indexed = {(t, p) for t, p, _b, _e in plan["txnindex"]}
+        for t, p, base, ms in plan["markers"]:
+            if (t, p) in indexed:
+                continue
+            run = runs.get((t, p))
+            if run is not None and run[1] == base:
+                run[1] += len(ms)
+                run[2].append(plan)
+                continue
+            if run is not None:
+                done.append([t, p, run])
+            runs[(t, p)] = [base, base + len(ms), [plan]]
+    done += [[t, p, run] for (t, p), run in runs.items()]
+    for t, p, (base, _end, members) in done:
+        if len(members) > 1:
+            for plan in members:
+                plan.setdefault("shared", []).append([t, p, base])
+
+
+_CONTROL = {1: ControlType.COMMIT, 0: ControlType.ABORT}
+
+
+def _marker_bytes(plan: dict[str, Any], base: int, ms: list[list[int]]) -> bytes:
+    """The control batches of one transaction's markers in one partition (deterministic:
+    a restart rebuilds the same bytes from the Prepare record)."""
+    return encode_markers([Marker(_CONTROL[typ], pid, ep, plan["cepoch"], plan["ts"])
+                           for pid, ep, typ in ms], base_offset=base)
 
 
 class Engine:
@@ -219,7 +276,8 @@ class Engine:
         self.stable_written: stable.StableSnapshot | None = None
         self._stable_waiters: list[asyncio.Future[int]] = []
         self._stable_wake: asyncio.Event | None = None
-        self._completions: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self._completions: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._forming: list[_Ending] | None = None  # commits waiting for the next log write
         self._tasks: list[asyncio.Task[Any]] = []
         self.metrics: Any = None  # set by the server (prometheus objects)
         self._metric_cache: dict[tuple[str, tuple[str, ...]], Any] = {}
@@ -593,7 +651,7 @@ class Engine:
                 await self._commit_prebuilt(records)
                 log.debug("init_producer_id %r -> pid %d epoch 0", tid, pid)
                 return {"producer_id": pid, "epoch": 0}
-            if txn.state.is_prepare:
+            if txn.state.is_prepare or txn.ending is not None:
                 await self._completion(txn)
                 continue
             if txn.state is TxnState.ONGOING:
@@ -636,7 +694,7 @@ class Engine:
             await self.log.sync()  # type: ignore[union-attr]
             self._check_epoch(txn, pid, epoch)
             return {"producer_id": txn.members[member_key], "epoch": 0}
-        if txn.state.is_prepare:
+        if txn.state.is_prepare or txn.ending is not None:
             raise ConcurrentTransactionsError(
                 f"{tid!r} is completing its transaction; members cannot join it")
         records: list[LogRecord] = []
@@ -667,7 +725,8 @@ class Engine:
         if txn is None:
             raise InvalidProducerIdMappingError(f"transactional id {ps.tid!r} expired")
         if ps.member:
-            if pid not in txn.member_pids() or txn.state is not TxnState.ONGOING:
+            if pid not in txn.member_pids() or txn.state is not TxnState.ONGOING \
+                    or txn.ending is not None:
                 raise ProducerFencedError(
                     f"member producer {pid} belongs to a transaction of {ps.tid!r} that has "
                     "ended or is ending")
@@ -675,7 +734,7 @@ class Engine:
                 raise InvalidProducerEpochError(f"member producer {pid} has epoch 0")
             return ps, txn
         self._check_epoch(txn, pid, epoch)
-        if txn.state.is_prepare:
+        if txn.state.is_prepare or txn.ending is not None:
             raise ConcurrentTransactionsError(
                 f"{ps.tid!r} is completing its transaction; begin the next one after it")
         return ps, txn
@@ -827,7 +886,7 @@ class Engine:
         await self._ensure_offsets_topic()
         txn = self._txn(tid)
         self._check_epoch(txn, pid, epoch)
-        if txn.state.is_prepare:
+        if txn.state.is_prepare or txn.ending is not None:
             raise ConcurrentTransactionsError(f"{tid!r} is completing its transaction")
         topic = layout.CONSUMER_OFFSETS_TOPIC
         p = offsets_partition(group_id)
@@ -898,6 +957,11 @@ class Engine:
                 (pid, epoch) != (txn.pid, txn.epoch):
             return await self._late_end(txn, want, last)
         self._check_epoch(txn, pid, epoch)
+        if txn.ending is not None:  # a retry while its commit waits to be prepared
+            if not commit:
+                raise InvalidTxnStateError(f"{tid!r} is committing its transaction; "
+                                           "cannot abort")
+            return await asyncio.shield(txn.ending)
         if batch_id is not None and txn.batch_id != batch_id:
             raise InvalidTxnStateError(
                 f"{tid!r} runs batch {txn.batch_id}, not batch {batch_id}")
@@ -979,14 +1043,17 @@ class Engine:
             if txn.state is not TxnState.ONGOING:
                 raise ConcurrentTransactionsError(f"{txn.tid!r} changed state; retry")
         faults.point("before_prepare")
-        records: list[LogRecord] = []
-        plan = self._plan(txn, commit, committed, reason, batch_id, verified, records)
-        state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        records.append(self._txn_record(txn, state, plan=plan))
-        fut = self._commit_prebuilt(records)
-        task = self._spawn_completion_after(txn, fut, trace)
-        log.debug("%s %r pid %d epoch %d: %d marker objects, %d fences", state.kafka_name,
-                  txn.tid, txn.pid, txn.epoch, len(plan["markers"]), len(plan["fences"]))
+        task: asyncio.Future[dict[str, Any]]
+        if commit:
+            task = self._join_commit(_Ending(txn, committed, reason, batch_id, verified, trace))
+        else:
+            records: list[LogRecord] = []
+            plan = self._plan(txn, commit, committed, reason, batch_id, verified, records)
+            records.append(self._txn_record(txn, TxnState.PREPARE_ABORT, plan=plan))
+            fut = self._commit_prebuilt(records)
+            task = self._spawn_completion_after(txn, fut, trace)
+            log.debug("PrepareAbort %r pid %d epoch %d: %d marker objects, %d fences",
+                      txn.tid, txn.pid, txn.epoch, len(plan["markers"]), len(plan["fences"]))
         result = await asyncio.shield(task)
         m = self._metric("commit_latency")
         if m is not None and commit:
@@ -999,6 +1066,103 @@ class Engine:
         m = self._metric(name)
         if m is not None:
             m.observe(value)
+
+    # ------------------------------------------------------------ grouped commits
+    def _join_commit(self, ending: _Ending) -> asyncio.Future[dict[str, Any]]:
+        """Queue a commit to be prepared just before the next log object is cut.
+
+        Commits that arrive while a log write is in flight would wait for the next write
+        anyway; planning them together there gives their markers consecutive offsets in
+        each partition, so one object holds the markers of all of them (one put instead of
+        one per transaction) and one append holds their Complete records. Nothing waits
+        longer than before: the group is sealed when the log is ready to write.
+        """
+        assert self.log is not None
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        ending.txn.ending = ending.future = fut
+        self._completions[ending.txn.tid] = fut
+        if self._forming is None:
+            self._forming = []
+            try:
+                self.log.before_next_write(self._seal_commits)
+            except BaseException:
+                self._forming = None
+                ending.txn.ending = None
+                self._completions.pop(ending.txn.tid, None)
+                raise
+        self._forming.append(ending)
+        return fut
+
+    def _seal_commits(self) -> None:
+        """Plan every waiting commit, in arrival order, and queue their Prepare records in
+        one append (durable together: the log never splits an append)."""
+        group, self._forming = self._forming or [], None
+        records: list[LogRecord] = []
+        sealed: list[_Ending] = []
+        ts = now_ms()
+        for e in group:
+            e.txn.ending = None
+            try:
+                recs: list[LogRecord] = []
+                plan = self._plan(e.txn, True, e.committed, e.reason, e.batch_id, e.verified,
+                                  recs, ts=ts)
+                recs.append(self._txn_record(e.txn, TxnState.PREPARE_COMMIT, plan=plan))
+            except Exception as exc:  # this commit fails, not the group
+                self._fail_ending(e, exc)
+                continue
+            for rec in recs:
+                if rec.kind != "pid_block":
+                    self._apply(rec)
+            records += recs
+            sealed.append(e)
+        if not sealed:
+            return
+        _share_markers([e.txn.plan for e in sealed])  # type: ignore[misc]
+        try:
+            prepared = self.log.append(records)  # type: ignore[union-attr]
+        except Exception as exc:  # the log failed: the process stops
+            for e in sealed:
+                self._fail_ending(e, exc)
+            return
+        log.debug("PrepareCommit of %d transactions", len(sealed))
+        task = asyncio.get_running_loop().create_task(self._complete_group(sealed, prepared),
+                                                      name=f"commit-{sealed[0].txn.tid}")
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    @staticmethod
+    def _fail_ending(e: _Ending, exc: BaseException) -> None:
+        if e.future is not None and not e.future.done():
+            e.future.set_exception(exc)
+            e.future.exception()  # retrieved: a caller may be gone
+
+    async def _complete_group(self, group: list[_Ending], prepared: asyncio.Future[None]
+                              ) -> None:
+        """Markers (shared objects), then all Complete records in one append, one stable
+        snapshot, then every reply."""
+        try:
+            await prepared
+            for e in group:
+                e.trace.add("prepare", 1)
+            faults.point("after_prepare")
+            plans = [e.txn.plan for e in group]
+            calls = await self._write_plans(plans, None)  # type: ignore[arg-type]
+            for e in group:
+                e.trace.add("markers", calls)
+            records = [self._txn_record(e.txn, TxnState.COMPLETE_COMMIT) for e in group]
+            fut = self._commit(records)
+            await asyncio.gather(fut, self.request_stable())
+            for e in group:
+                e.trace.add("complete+stable", 2)
+                self._metric_inc("transactions", "commit")
+            faults.point("after_complete_before_reply")
+        except BaseException as exc:
+            for e in group:
+                self._fail_ending(e, exc)
+            raise
+        for e in group:
+            if e.future is not None and not e.future.done():
+                e.future.set_result({"outcome": "commit", "producer_id": e.txn.pid,
+                                     "epoch": e.txn.epoch})
 
     def _spawn_completion_after(self, txn: Txn, prepared: asyncio.Future[None],
                                 trace: CommitTrace | None = None
@@ -1040,10 +1204,10 @@ class Engine:
             return None
 
     def _plan(self, txn: Txn, commit: bool, committed: set[int], reason: str,
-              batch_id: int | None, verified: list[list[Any]], records: list[LogRecord]
-              ) -> dict[str, Any]:
+              batch_id: int | None, verified: list[list[Any]], records: list[LogRecord],
+              ts: int | None = None) -> dict[str, Any]:
         """Every object the completion writes, fixed before any is written."""
-        ts = now_ms()
+        ts = now_ms() if ts is None else ts
         pids_in: dict[str, dict[int, int]] = {}  # "t-p" -> pid -> first offset
         for t, p, b in txn.reservations:
             firsts = pids_in.setdefault(pkey(t, p), {})
@@ -1089,18 +1253,9 @@ class Engine:
         plan = txn.plan
         assert plan is not None and txn.state.is_prepare, (txn.tid, txn.state)
         commit = txn.state is TxnState.PREPARE_COMMIT
-        attempt = 0
-        while True:
-            try:
-                calls = await self._write_plan(plan)
-                if trace is not None:
-                    trace.add("markers", calls)
-                break
-            except KafkaStorageError as exc:
-                attempt += 1
-                log.warning("completing %r: storage error (attempt %d): %s", txn.tid, attempt,
-                            exc)
-                await asyncio.sleep(min(5.0, 0.1 * 2 ** attempt))
+        calls = await self._write_plans([plan], txn.tid)
+        if trace is not None:
+            trace.add("markers", calls)
         state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         rec = self._txn_record(txn, state)
         fut = self._commit([rec])
@@ -1112,29 +1267,49 @@ class Engine:
         faults.point("after_complete_before_reply")
         return {"outcome": plan["outcome"], "producer_id": txn.pid, "epoch": txn.epoch}
 
-    async def _write_plan(self, plan: dict[str, Any]) -> int:
-        """Fences, markers and .txnindex objects, all in parallel; returns the call count.
+    async def _write_plans(self, plans: list[dict[str, Any]], alone: str | None) -> int:
+        """Write every object of ``plans``, retrying storage errors until it succeeds (a
+        prepared transaction is only ever rolled forward); returns the call count.
+
+        ``alone``: the transactional id when one transaction completes by itself (recovery,
+        a retry): objects it shares with others then hold the markers of every transaction
+        still prepared; None when ``plans`` is a whole group (see _seal_commits).
+        """
+        attempt = 0
+        while True:
+            try:
+                return await self._write_plans_once(plans, alone is not None)
+            except KafkaStorageError as exc:
+                attempt += 1
+                log.warning("completing %s: storage error (attempt %d): %s",
+                            repr(alone) if alone else "a group of commits", attempt, exc)
+                await asyncio.sleep(min(5.0, 0.1 * 2 ** attempt))
+
+    async def _write_plans_once(self, plans: list[dict[str, Any]], alone: bool) -> int:
+        """Fences, markers and .txnindex objects, all in parallel.
 
         Fences need not precede markers (docs/coordinator.md, "Fences in parallel with
         markers"): a zombie write that beats its fence lands *below* the ABORT marker of its
         producer id, inside the aborted range, and nothing is visible before Complete* is
         applied, which only happens after every one of these puts has succeeded.
         """
-        commit_type = {1: ControlType.COMMIT, 0: ControlType.ABORT}
-
         async def fence(t: str, p: int, b: int) -> None:
             # False = the data object is there (a late writer); its ABORT marker covers it.
             if await self._storage(self.storage.put_if_absent, layout.segment_path(t, p, b),
                                    b""):
                 self._object_written("fence")
 
-        async def marker(t: str, p: int, base: int, ms: list[list[int]]) -> None:
-            data = encode_markers([Marker(commit_type[typ], pid, ep, plan["cepoch"], plan["ts"])
-                                   for pid, ep, typ in ms], base_offset=base)
+        async def markers(t: str, p: int, base: int, mine: list[bytes], data: bytes) -> None:
             path = layout.segment_path(t, p, base)
             if not await self._storage(self.storage.put_if_absent, path, data):
-                log.critical("marker object %s holds other bytes: offset reused?", path)
-                raise KafkaStorageError(f"marker object {path} holds other bytes")
+                # A shared object written before some of its transactions completed alone
+                # (after a restart) holds more markers than are still prepared: ours must
+                # be in it, byte for byte (their offsets are in the bytes).
+                held = b"" if (t, p, base) not in shared_objs else \
+                    await self._storage(self.storage.get, path)
+                if not held or not all(m in held for m in mine):
+                    log.critical("marker object %s holds other bytes: offset reused?", path)
+                    raise KafkaStorageError(f"marker object {path} holds other bytes")
             self._object_written("marker")
             faults.point("after_marker")
 
@@ -1145,8 +1320,32 @@ class Engine:
                 raise KafkaStorageError(f"txnindex object {path} holds other bytes")
             self._object_written("txnindex")
 
-        jobs = [*(fence(*f) for f in plan["fences"]), *(marker(*m) for m in plan["markers"]),
-                *(index(*i) for i in plan["txnindex"])]
+        jobs = []
+        objects: dict[tuple[str, int, int], dict[int, bytes]] = {}  # object -> base -> bytes
+        mine: dict[tuple[str, int, int], list[bytes]] = {}
+        shared_objs: set[tuple[str, int, int]] = set()
+        for plan in plans:
+            jobs += [fence(*f) for f in plan["fences"]]
+            jobs += [index(*i) for i in plan["txnindex"]]
+            in_object = {(t, p): b for t, p, b in plan.get("shared", [])}
+            shared_objs.update((t, p, b) for t, p, b in plan.get("shared", []))
+            for t, p, base, ms in plan["markers"]:
+                data = _marker_bytes(plan, base, ms)
+                obj = (t, p, in_object.get((t, p), base))
+                objects.setdefault(obj, {})[base] = data
+                mine.setdefault(obj, []).append(data)
+        if alone and shared_objs:
+            for other in self.txns.values():  # the others still prepared in shared objects
+                if other.plan is None or not other.state.is_prepare:
+                    continue
+                for t, p, b in other.plan.get("shared", []):
+                    if (t, p, b) in shared_objs:
+                        for ot, op, base, ms in other.plan["markers"]:
+                            if (ot, op) == (t, p):
+                                objects[(t, p, b)][base] = _marker_bytes(other.plan, base, ms)
+        for (t, p, base), parts in objects.items():
+            data = b"".join(parts[b] for b in sorted(parts))
+            jobs.append(markers(t, p, base, mine[(t, p, base)], data))
         await asyncio.gather(*jobs)
         return len(jobs)
 
@@ -1164,7 +1363,7 @@ class Engine:
             if txn.last_committed_batch is not None and batch_id <= txn.last_committed_batch:
                 await self.log.sync()  # type: ignore[union-attr]
                 return {"state": "committed"}
-            if txn.state.is_prepare:
+            if txn.state.is_prepare or txn.ending is not None:
                 await self._completion(txn)
                 continue
             if txn.batch_id is not None and batch_id < txn.batch_id:

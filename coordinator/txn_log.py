@@ -129,6 +129,7 @@ class TxnLog:
         self.snapshot_every_objects = snapshot_every_objects
         self.snapshot_every_s = snapshot_every_s
         self._pending: list[tuple[LogRecord, asyncio.Future[None] | None]] = []
+        self._before_write: list[Callable[[], None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_future: asyncio.Future[None] | None = None
@@ -168,6 +169,26 @@ class TxnLog:
         self._wake.set()
         return fut
 
+    def before_next_write(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (once, synchronously) just before the next object is cut.
+
+        What a hook appends goes into that object. The engine uses this to plan the commits
+        that arrived while the previous write was in flight all at once, so their markers
+        get consecutive offsets and share objects (see Engine._seal_commits).
+        """
+        if self.failed is not None:
+            raise NotCoordinatorError(f"this coordinator stopped: {self.failed}")
+        self._before_write.append(hook)
+        self._wake.set()
+
+    def _run_hooks(self) -> None:
+        hooks, self._before_write = self._before_write, []
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a hook fails its own callers; the log goes on
+                log.exception("before-write hook failed")
+
     async def sync(self) -> None:
         """Wait until everything appended so far is durable (for answers without changes)."""
         fut = self._last_future
@@ -191,7 +212,10 @@ class TxnLog:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending and self.failed is None:
+            while self.failed is None:
+                self._run_hooks()
+                if not self._pending:
+                    break
                 await self._write_one()
 
     def _snapshot_due(self) -> bool:
@@ -214,8 +238,13 @@ class TxnLog:
             # records would change before the write (the snapshot must equal this offset).
             snapshot = json.dumps(self._snapshot_fn(), separators=(",", ":")).encode()
         else:
-            batch = self._pending[:self.max_batch_records]
-            del self._pending[:len(batch)]
+            # Never split one append over two objects: a group of commits prepared (and
+            # completed) in one append must be durable all or none (Engine._seal_commits).
+            n = min(len(self._pending), self.max_batch_records)
+            while n < len(self._pending) and self._pending[n - 1][1] is None:
+                n += 1
+            batch = self._pending[:n]
+            del self._pending[:n]
         base = self.next_offset
         now = int(time.time() * 1000)
         data = encode_batch([to_kafka_record(r, now) for r, _ in batch], base_offset=base,
@@ -298,6 +327,7 @@ class TxnLog:
                 fut.set_exception(err)
                 fut.exception()  # mark retrieved; callers may be gone
         self._pending = []
+        self._run_hooks()  # their appends now fail, which fails their callers
         self._on_fatal(exc)
 
     async def _write_snapshot(self, offset: int, data: bytes) -> None:

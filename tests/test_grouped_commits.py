@@ -1,0 +1,212 @@
+"""Commits planned together share marker objects; a crash at any step rolls all forward.
+
+In-process, so the group is exact: EndTxn calls that arrive while the log is busy are
+planned together at the next log write (Engine._seal_commits). Their markers take
+consecutive offsets in each partition and one object per partition holds them all. A
+"crash" raises at a fault point and then stops every task of that engine (what is durable
+stays, nothing else runs); a new engine recovers from storage like a restarted process.
+The SIGKILL crash matrix with real processes is in test_coordinator_crash.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_coordinator_protocol import check_partition, read_values, write
+from txnlog.coordinator import engine as engine_mod
+from txnlog.coordinator import faults
+from txnlog.coordinator.engine import Engine
+from txnlog.coordinator.errors import InvalidTxnStateError
+from txnlog.coordinator.txn_log import TxnLog, recover
+from txnlog.log_format import layout
+from txnlog.log_format.control import ControlType, control_info
+from txnlog.log_format.records import decode_batches
+from txnlog.log_format.storage import Storage
+
+PARTS = 3
+TXNS = 6
+
+
+class Crash(BaseException):
+    """Stands in for SIGKILL at a fault point."""
+
+
+def _log_factory(engine: Engine, recovered: Any) -> TxnLog:
+    return TxnLog(engine.storage, recovered.next_offset, snapshot_fn=engine.to_snapshot,
+                  snapshot_offsets=recovered.snapshot_offsets,
+                  protected_fn=lambda: list(engine.takeover_offsets),
+                  on_fatal=lambda exc: None)
+
+
+async def _start(storage: Storage) -> Engine:
+    engine = Engine(storage)
+    await engine.start(_log_factory, await asyncio.to_thread(recover, storage))
+    return engine
+
+
+async def _die(engine: Engine) -> None:
+    """Stop every task of a crashed engine without any graceful step."""
+    tasks = [*engine._tasks, *engine._completions.values()]
+    if engine.log is not None and engine.log._task is not None:
+        tasks.append(engine.log._task)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _arm(monkeypatch: pytest.MonkeyPatch, point: str, at: int) -> None:
+    hits = [0]
+
+    def fake(name: str) -> None:
+        if name == point:
+            hits[0] += 1
+            if hits[0] == at:
+                raise Crash(point)
+    monkeypatch.setattr(faults, "point", fake)
+    monkeypatch.setattr(engine_mod.faults, "point", fake)
+
+
+async def _open_txns(engine: Engine, st: Storage) -> list[tuple[str, int, int, list[Any]]]:
+    await engine.create_topic("t", PARTS)
+    out = []
+    for i in range(TXNS):
+        tid = f"tx-{i}"
+        r = await engine.init_producer_id(tid)
+        pid, ep = r["producer_id"], r["epoch"]
+        res = await engine.reserve(pid, ep, [{"topic": "t", "partition": p,
+                                              "base_sequence": 0, "count": 1}
+                                             for p in range(PARTS)])
+        written = []
+        for item in res:
+            assert write(st, "t", item["partition"], item["base_offset"], pid, ep,
+                         [f"{tid}-{item['partition']}"])
+            written.append({"topic": "t", "partition": item["partition"],
+                            "base_offset": item["base_offset"]})
+        out.append((tid, pid, ep, written))
+    return out
+
+
+def _end_all(engine: Engine, txns: list[tuple[str, int, int, list[Any]]]):
+    return asyncio.gather(*(engine.end_txn(tid, pid, ep, True, written=w)
+                            for tid, pid, ep, w in txns), return_exceptions=True)
+
+
+def _marker_objects(st: Storage) -> dict[int, list[int]]:
+    """Partition -> the number of markers in each of its marker objects, in offset order."""
+    out: dict[int, list[int]] = {}
+    for p in range(PARTS):
+        out[p] = []
+        for obj in st.list(layout.partition_dir("t", p)):
+            if obj.name.endswith(layout.LOG_SUFFIX):
+                blob = st.get(f"{layout.partition_dir('t', p)}/{obj.name}")
+                batches = decode_batches(blob) if blob else []
+                controls = [b for b in batches if control_info(b) is not None]
+                assert len(controls) in (0, len(batches)), "markers mixed with data"
+                if controls:
+                    out[p].append(len(controls))
+    return out
+
+
+def _assert_all_committed(st: Storage, txns: list[tuple[str, int, int, list[Any]]]) -> None:
+    for p in range(PARTS):
+        found = check_partition(st, "t", p)
+        kinds = {(pid, ep): kind for _o, pid, kind, ep in found["markers"]}
+        assert len(kinds) == len(found["markers"]), f"duplicate marker in t-{p}"
+        for _tid, pid, ep, _w in txns:
+            assert kinds[(pid, ep)] == ControlType.COMMIT
+        assert sorted(read_values(st, "t", p)) == sorted(
+            f"{tid}-{p}".encode() for tid, *_ in txns)
+
+
+def test_commits_arriving_together_share_marker_objects(tmp_path: Path) -> None:
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def scenario() -> list[Any]:
+        engine = await _start(st)
+        txns = await _open_txns(engine, st)
+        results = await _end_all(engine, txns)
+        assert all(r["outcome"] == "commit" for r in results), results
+        await engine.stop()
+        return txns
+
+    txns = asyncio.run(scenario())
+    _assert_all_committed(st, txns)
+    # one object per partition holds every transaction's marker
+    assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
+
+
+@pytest.mark.parametrize("point,at", [("after_prepare", 1), ("after_marker", 1),
+                                      ("after_marker", 2),
+                                      ("after_complete_before_reply", 1)])
+def test_crash_in_a_group_rolls_every_member_forward(point: str, at: int, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def scenario() -> list[Any]:
+        engine = await _start(st)
+        txns = await _open_txns(engine, st)
+        _arm(monkeypatch, point, at)
+        results = await _end_all(engine, txns)
+        assert all(isinstance(r, Crash) for r in results), results
+        await _die(engine)
+        monkeypatch.setattr(faults, "point", lambda name: None)
+        monkeypatch.setattr(engine_mod.faults, "point", lambda name: None)
+        engine2 = await _start(st)  # rolls the prepared group forward, one by one
+        retried = await _end_all(engine2, txns)  # the clients' retries
+        assert all(r["outcome"] == "commit" for r in retried), retried
+        await engine2.stop()
+        return txns
+
+    txns = asyncio.run(scenario())
+    _assert_all_committed(st, txns)
+    assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
+
+
+def test_member_completed_alone_then_restart_again(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart completes a group's members one by one; if it dies after some, the next
+    restart rewrites the shared objects from the members still prepared: the object on
+    storage holds more markers than that, and ours must be in it byte for byte."""
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def scenario() -> list[Any]:
+        engine = await _start(st)
+        txns = await _open_txns(engine, st)
+        _arm(monkeypatch, "after_marker", PARTS)  # every shared object written, no Complete
+        assert all(isinstance(r, Crash) for r in await _end_all(engine, txns))
+        await _die(engine)
+        monkeypatch.setattr(faults, "point", lambda name: None)
+        monkeypatch.setattr(engine_mod.faults, "point", lambda name: None)
+        # The second coordinator completes only the first member, then dies.
+        recovered = await asyncio.to_thread(recover, st)
+        engine2 = Engine(st)
+        real_spawn = engine2._spawn_completion
+        first = txns[0][0]
+        engine2._spawn_completion = lambda txn: (  # type: ignore[method-assign]
+            real_spawn(txn) if txn.tid == first else None)
+        await engine2.start(_log_factory, recovered)
+        await engine2._completions[first]
+        await _die(engine2)
+        seen = Engine(st)  # what the next restart recovers, before it rolls anything forward
+        recovered = await asyncio.to_thread(recover, st)
+        if recovered.snapshot is not None:
+            seen.from_snapshot(recovered.snapshot)
+        for rec in recovered.records:
+            seen._apply(rec)
+        assert seen.txns[first].state.kafka_name == "CompleteCommit"
+        assert all(seen.txns[t].state.kafka_name == "PrepareCommit" for t, *_ in txns[1:])
+        engine3 = await _start(st)
+        # the rest complete alone against objects holding the first member's marker too
+        retried = await _end_all(engine3, txns[1:])
+        assert all(r["outcome"] == "commit" for r in retried), retried
+        with pytest.raises(InvalidTxnStateError):  # its epoch moved on: abort is refused
+            await engine3.end_txn(first, txns[0][1], txns[0][2], False)
+        await engine3.stop()
+        return txns
+
+    txns = asyncio.run(scenario())
+    _assert_all_committed(st, txns)
+    assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
