@@ -322,7 +322,9 @@ class LocalStorage(Storage):
             if not direct or exc.errno != errno.EINVAL:
                 raise
             direct = 0
-            fd = os.open(tmp, flags, 0o644)
+            # Linux refuses O_DIRECT only after creating the file: open it again without
+            # O_EXCL (the temp name is ours alone).
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             if direct:
                 view = _write_direct(fd, view, direct)

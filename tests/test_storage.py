@@ -158,8 +158,21 @@ def test_local_large_objects_direct_io(file_root: str, size: int, aligned: bool,
     monkeypatch.setattr(storage_mod.os, "write", refuse_direct)
     assert st.put_if_absent("d/b.log", memoryview(data)) is True
     assert st.get("d/b.log") == expected
+    monkeypatch.undo()
+
+    real_open = os.open
+
+    def refuse_direct_open(path: str, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_DIRECT:  # as Linux does: the file is created, then refused
+            os.close(real_open(path, flags & ~os.O_DIRECT, mode))
+            raise OSError(errno.EINVAL, "no direct I/O here")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(storage_mod.os, "open", refuse_direct_open)
+    assert st.put_if_absent("d/c.log", memoryview(data)) is True
+    assert st.get("d/c.log") == expected
     base = file_root[len("file://"):]
-    assert sorted(os.listdir(os.path.join(base, "d"))) == ["a.log", "b.log"]
+    assert sorted(os.listdir(os.path.join(base, "d"))) == ["a.log", "b.log", "c.log"]
 
 
 def test_s3_options_mapping() -> None:
