@@ -1097,6 +1097,15 @@ class Engine:
         """Plan every waiting commit, in arrival order, and queue their Prepare records in
         one append (durable together: the log never splits an append)."""
         group, self._forming = self._forming or [], None
+        try:
+            self._seal(group)
+        except BaseException as exc:  # a bug: no caller may wait forever for its answer
+            for e in group:
+                e.txn.ending = None
+                self._fail_ending(e, exc)
+            raise
+
+    def _seal(self, group: list[_Ending]) -> None:
         records: list[LogRecord] = []
         sealed: list[_Ending] = []
         ts = now_ms()

@@ -210,3 +210,23 @@ def test_member_completed_alone_then_restart_again(tmp_path: Path,
     txns = asyncio.run(scenario())
     _assert_all_committed(st, txns)
     assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
+
+
+def test_a_failure_while_sealing_answers_every_caller(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug in planning a group must fail its callers, not leave them waiting forever."""
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    def broken(plans: list[Any]) -> None:
+        raise RuntimeError("planted")
+
+    async def scenario() -> None:
+        engine = await _start(st)
+        txns = await _open_txns(engine, st)
+        monkeypatch.setattr(engine_mod, "_share_markers", broken)
+        results = await asyncio.wait_for(_end_all(engine, txns), 30)
+        assert all(isinstance(r, RuntimeError) for r in results), results
+        assert all(engine.txns[tid].ending is None for tid, *_ in txns)
+        await engine.stop()
+
+    asyncio.run(scenario())
