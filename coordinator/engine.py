@@ -286,6 +286,8 @@ class Engine:
         self._io = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="coord-io")
         self._stable_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="coord-stable")
         self._prune_task: asyncio.Task[Any] | None = None
+        # (HW, LSO) per partition of the newest stable snapshot at takeover; see hw_lso.
+        self._floor: dict[str, tuple[int, int]] = {}
 
     # ======================================================================== apply
     def _apply(self, rec: LogRecord) -> None:
@@ -601,6 +603,9 @@ class Engine:
         await self._commit([LogRecord("takeover", {
             "id": "", "epoch": epoch, "log_offset": self.log.next_offset, "ms": now_ms(),
             "pid": os.getpid()})])
+        prev = await self._run_io(stable.read_latest_stable, self.storage)
+        if prev is not None:
+            self._floor = dict(prev.partitions)
         loop = asyncio.get_running_loop()
         self._stable_wake = asyncio.Event()
         self._tasks.append(loop.create_task(self._stable_loop(), name="stable"))
@@ -1465,7 +1470,30 @@ class Engine:
                 st = self.partitions.get(pkey(name, p))
                 out[pkey(name, p)] = (st.hw(), st.lso()) if st else (0, 0)
         self._hold_back(out)
+        self._apply_floor(out)
         return out
+
+    def _apply_floor(self, out: dict[str, tuple[int, int]]) -> None:
+        """Never publish less than the previous coordinator did.
+
+        A stable snapshot is written in parallel with the Complete records it reflects (that
+        is what keeps a commit at 3 round trips), and confirms are applied before they are
+        durable. So a coordinator that dies there has published HW/LSOs its log does not
+        show yet, and its successor, until it has rolled those transactions forward (their
+        Prepare is durable: same outcome, same markers) and the writers have confirmed
+        again, computes lower ones. Everything below a published HW exists in storage
+        (markers and data are written before what resolves them is applied) and every
+        transaction below a published LSO is decided, so until this coordinator's own
+        values catch up, it republishes those.
+        """
+        for key, (fhw, flso) in list(self._floor.items()):
+            cur = out.get(key)
+            if cur is None:
+                continue
+            if cur[0] >= fhw and cur[1] >= flso:
+                del self._floor[key]
+            else:
+                out[key] = (max(cur[0], fhw), max(cur[1], flso))
 
     def _hold_back(self, out: dict[str, tuple[int, int]]) -> None:
         def holds(entry: dict[str, Any]) -> list[str]:

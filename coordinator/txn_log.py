@@ -253,6 +253,8 @@ class TxnLog:
             ok = await self._put(log_path(base), data)
         except BaseException as exc:
             self._fail(exc, batch)
+            if isinstance(exc, asyncio.CancelledError):
+                raise  # the writer task is being stopped: let it end
             return
         if not ok:
             exc = FencedError(
@@ -267,6 +269,8 @@ class TxnLog:
                     self._writer_io, self._log_ahead_of, base)
             except BaseException as exc:
                 self._fail(exc, batch)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
                 return
             if ahead is not None:
                 exc = FencedError(

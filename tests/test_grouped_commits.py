@@ -230,3 +230,70 @@ def test_a_failure_while_sealing_answers_every_caller(tmp_path: Path,
         await engine.stop()
 
     asyncio.run(scenario())
+
+
+def test_published_bounds_never_go_back_after_a_crash(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stable snapshot goes out in parallel with the Complete records it reflects. A
+    coordinator that dies after the snapshot, before Complete is durable, has published HWs
+    its log does not show; its successor must not publish lower ones while it rolls the
+    group forward (found by the chaos harness: HW 989 -> 986 after a coordinator kill)."""
+    from txnlog.log_format import stable
+
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def scenario() -> None:
+        engine = await _start(st)
+        txns = await _open_txns(engine, st)
+        hang = asyncio.Event()  # never set: log writes after the markers never finish
+        real_put = engine.log._put
+        blocked = [False]
+
+        async def put(path: str, data: bytes) -> bool:
+            if blocked[0]:
+                await hang.wait()
+            return await real_put(path, data)
+
+        engine.log._put = put  # type: ignore[method-assign]
+        hits = [0]
+
+        def point(name: str) -> None:
+            if name == "after_marker":
+                hits[0] += 1
+                blocked[0] = hits[0] >= PARTS
+        monkeypatch.setattr(engine_mod.faults, "point", point)
+        ending = asyncio.ensure_future(_end_all(engine, txns))
+        for _ in range(500):  # a snapshot with the group's markers resolved is out
+            snap = engine.stable_written
+            if blocked[0] and snap is not None and all(
+                    snap.partitions[f"t-{p}"][0] == engine.partitions[f"t-{p}"].leo
+                    for p in range(PARTS)):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("no stable snapshot with the markers resolved")
+        before = stable.read_latest_stable(st)
+        assert before is not None
+        ending.cancel()
+        await _die(engine)
+        seen = Engine(st)  # precondition: the Complete records never became durable
+        recovered = await asyncio.to_thread(recover, st)
+        if recovered.snapshot is not None:
+            seen.from_snapshot(recovered.snapshot)
+        for rec in recovered.records:
+            seen._apply(rec)
+        assert all(seen.txns[t].state.kafka_name == "PrepareCommit" for t, *_ in txns)
+        monkeypatch.setattr(engine_mod.faults, "point", lambda name: None)
+        engine2 = await _start(st)
+        retried = await _end_all(engine2, txns)
+        assert all(r["outcome"] == "commit" for r in retried), retried
+        await engine2.stop()
+        after = [stable.StableSnapshot.from_json(st.get(layout.stable_path(*key)))
+                 for key in stable.list_stable(st) if key > before.key]
+        assert after, "the successor published nothing"
+        for snap in after:
+            for tp, (hw, lso) in before.partitions.items():
+                assert snap.partitions[tp][0] >= hw and snap.partitions[tp][1] >= lso, \
+                    (snap.key, tp, snap.partitions[tp], (hw, lso))
+
+    asyncio.run(scenario())
