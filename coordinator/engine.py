@@ -192,6 +192,11 @@ class Txn:
     def member_pids(self) -> set[int]:
         return set(self.members.values())
 
+    @property
+    def completing(self) -> bool:
+        """Prepared, or its commit waits to be prepared: nothing may join or change it."""
+        return self.state.is_prepare or self.ending is not None
+
 
 @dataclass
 class _Ending:
@@ -591,12 +596,16 @@ class Engine:
         return m
 
     # ================================================================== recovery
-    async def start(self, log_factory: Any, recovered: Any) -> None:
-        """Load snapshot + records, take the log over, roll Prepare* transactions forward."""
+    def load(self, recovered: Any) -> None:
+        """The state recovery found: the snapshot, then the records after it."""
         if recovered.snapshot is not None:
             self.from_snapshot(recovered.snapshot)
         for rec in recovered.records:
             self._apply(rec)
+
+    async def start(self, log_factory: Any, recovered: Any) -> None:
+        """Load snapshot + records, take the log over, roll Prepare* transactions forward."""
+        self.load(recovered)
         self.log = log_factory(self, recovered)
         self.log.start()
         epoch = self.coordinator_epoch + 1
@@ -656,7 +665,7 @@ class Engine:
                 await self._commit_prebuilt(records)
                 log.debug("init_producer_id %r -> pid %d epoch 0", tid, pid)
                 return {"producer_id": pid, "epoch": 0}
-            if txn.state.is_prepare or txn.ending is not None:
+            if txn.completing:
                 await self._completion(txn)
                 continue
             if txn.state is TxnState.ONGOING:
@@ -676,10 +685,14 @@ class Engine:
     def _commit_prebuilt(self, records: list[LogRecord]) -> asyncio.Future[None]:
         """Like _commit for a list whose pid_block records were already applied."""
         assert self.log is not None
+        self._apply_prebuilt(records)
+        return self.log.append(records)
+
+    def _apply_prebuilt(self, records: list[LogRecord]) -> None:
+        """Apply records, but not pid_block ones: _alloc_pids applied those already."""
         for rec in records:
             if rec.kind != "pid_block":
                 self._apply(rec)
-        return self.log.append(records)
 
     def _bumped(self, txn: Txn, records: list[LogRecord]) -> tuple[int, int]:
         """The (pid, epoch) after a bump: epoch + 1, or a new producer id when exhausted."""
@@ -699,7 +712,7 @@ class Engine:
             await self.log.sync()  # type: ignore[union-attr]
             self._check_epoch(txn, pid, epoch)
             return {"producer_id": txn.members[member_key], "epoch": 0}
-        if txn.state.is_prepare or txn.ending is not None:
+        if txn.completing:
             raise ConcurrentTransactionsError(
                 f"{tid!r} is completing its transaction; members cannot join it")
         records: list[LogRecord] = []
@@ -731,7 +744,7 @@ class Engine:
             raise InvalidProducerIdMappingError(f"transactional id {ps.tid!r} expired")
         if ps.member:
             if pid not in txn.member_pids() or txn.state is not TxnState.ONGOING \
-                    or txn.ending is not None:
+                    or txn.completing:
                 raise ProducerFencedError(
                     f"member producer {pid} belongs to a transaction of {ps.tid!r} that has "
                     "ended or is ending")
@@ -739,7 +752,7 @@ class Engine:
                 raise InvalidProducerEpochError(f"member producer {pid} has epoch 0")
             return ps, txn
         self._check_epoch(txn, pid, epoch)
-        if txn.state.is_prepare or txn.ending is not None:
+        if txn.completing:
             raise ConcurrentTransactionsError(
                 f"{ps.tid!r} is completing its transaction; begin the next one after it")
         return ps, txn
@@ -891,7 +904,7 @@ class Engine:
         await self._ensure_offsets_topic()
         txn = self._txn(tid)
         self._check_epoch(txn, pid, epoch)
-        if txn.state.is_prepare or txn.ending is not None:
+        if txn.completing:
             raise ConcurrentTransactionsError(f"{tid!r} is completing its transaction")
         topic = layout.CONSUMER_OFFSETS_TOPIC
         p = offsets_partition(group_id)
@@ -1124,9 +1137,7 @@ class Engine:
             except Exception as exc:  # this commit fails, not the group
                 self._fail_ending(e, exc)
                 continue
-            for rec in recs:
-                if rec.kind != "pid_block":
-                    self._apply(rec)
+            self._apply_prebuilt(recs)
             records += recs
             sealed.append(e)
         if not sealed:
@@ -1377,7 +1388,7 @@ class Engine:
             if txn.last_committed_batch is not None and batch_id <= txn.last_committed_batch:
                 await self.log.sync()  # type: ignore[union-attr]
                 return {"state": "committed"}
-            if txn.state.is_prepare or txn.ending is not None:
+            if txn.completing:
                 await self._completion(txn)
                 continue
             if txn.batch_id is not None and batch_id < txn.batch_id:

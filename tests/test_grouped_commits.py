@@ -65,8 +65,18 @@ def _arm(monkeypatch: pytest.MonkeyPatch, point: str, at: int) -> None:
             hits[0] += 1
             if hits[0] == at:
                 raise Crash(point)
-    monkeypatch.setattr(faults, "point", fake)
-    monkeypatch.setattr(engine_mod.faults, "point", fake)
+    monkeypatch.setattr(faults, "point", fake)  # the module the engine calls too
+
+
+def _disarm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(faults, "point", lambda name: None)
+
+
+async def _recovered(st: Storage) -> Engine:
+    """What the next restart recovers, before it rolls anything forward."""
+    engine = Engine(st)
+    engine.load(await asyncio.to_thread(recover, st))
+    return engine
 
 
 async def _open_txns(engine: Engine, st: Storage) -> list[tuple[str, int, int, list[Any]]]:
@@ -152,8 +162,7 @@ def test_crash_in_a_group_rolls_every_member_forward(point: str, at: int, tmp_pa
         results = await _end_all(engine, txns)
         assert all(isinstance(r, Crash) for r in results), results
         await _die(engine)
-        monkeypatch.setattr(faults, "point", lambda name: None)
-        monkeypatch.setattr(engine_mod.faults, "point", lambda name: None)
+        _disarm(monkeypatch)
         engine2 = await _start(st)  # rolls the prepared group forward, one by one
         retried = await _end_all(engine2, txns)  # the clients' retries
         assert all(r["outcome"] == "commit" for r in retried), retried
@@ -178,8 +187,7 @@ def test_member_completed_alone_then_restart_again(tmp_path: Path,
         _arm(monkeypatch, "after_marker", PARTS)  # every shared object written, no Complete
         assert all(isinstance(r, Crash) for r in await _end_all(engine, txns))
         await _die(engine)
-        monkeypatch.setattr(faults, "point", lambda name: None)
-        monkeypatch.setattr(engine_mod.faults, "point", lambda name: None)
+        _disarm(monkeypatch)
         # The second coordinator completes only the first member, then dies.
         recovered = await asyncio.to_thread(recover, st)
         engine2 = Engine(st)
@@ -190,12 +198,7 @@ def test_member_completed_alone_then_restart_again(tmp_path: Path,
         await engine2.start(_log_factory, recovered)
         await engine2._completions[first]
         await _die(engine2)
-        seen = Engine(st)  # what the next restart recovers, before it rolls anything forward
-        recovered = await asyncio.to_thread(recover, st)
-        if recovered.snapshot is not None:
-            seen.from_snapshot(recovered.snapshot)
-        for rec in recovered.records:
-            seen._apply(rec)
+        seen = await _recovered(st)
         assert seen.txns[first].state.kafka_name == "CompleteCommit"
         assert all(seen.txns[t].state.kafka_name == "PrepareCommit" for t, *_ in txns[1:])
         engine3 = await _start(st)
@@ -261,7 +264,7 @@ def test_published_bounds_never_go_back_after_a_crash(tmp_path: Path,
             if name == "after_marker":
                 hits[0] += 1
                 blocked[0] = hits[0] >= PARTS
-        monkeypatch.setattr(engine_mod.faults, "point", point)
+        monkeypatch.setattr(faults, "point", point)
         ending = asyncio.ensure_future(_end_all(engine, txns))
         for _ in range(500):  # a snapshot with the group's markers resolved is out
             snap = engine.stable_written
@@ -276,14 +279,9 @@ def test_published_bounds_never_go_back_after_a_crash(tmp_path: Path,
         assert before is not None
         ending.cancel()
         await _die(engine)
-        seen = Engine(st)  # precondition: the Complete records never became durable
-        recovered = await asyncio.to_thread(recover, st)
-        if recovered.snapshot is not None:
-            seen.from_snapshot(recovered.snapshot)
-        for rec in recovered.records:
-            seen._apply(rec)
+        seen = await _recovered(st)  # precondition: the Complete records are not durable
         assert all(seen.txns[t].state.kafka_name == "PrepareCommit" for t, *_ in txns)
-        monkeypatch.setattr(engine_mod.faults, "point", lambda name: None)
+        _disarm(monkeypatch)
         engine2 = await _start(st)
         retried = await _end_all(engine2, txns)
         assert all(r["outcome"] == "commit" for r in retried), retried
