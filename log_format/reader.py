@@ -49,9 +49,9 @@ from .layout import (
     partition_dir,
     validate_partition,
 )
+from .planted_bugs import enabled as planted_bug_enabled
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
-from .unsafe import enabled as unsafe_enabled
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
@@ -175,7 +175,7 @@ class PartitionReader:
 
     def latest_offset(self) -> int:
         """The end of what this reader may read: LSO (read_committed) or HW."""
-        if self.isolation_level == "read_committed" and not unsafe_enabled("ignore_lso"):
+        if self.isolation_level == "read_committed" and not planted_bug_enabled("ignore_lso"):
             return self.last_stable_offset()
         return self.high_watermark()
 

@@ -1,45 +1,10 @@
-"""Planted bugs for the chaos checker's self-test: each switch disables one safety mechanism.
+"""Old name of ``planted_bugs`` (kept while modules still import it; remove when none do).
 
-A checker that never fails proves nothing, so ``tests/chaos/test_planted.py`` turns off one
-mechanism at a time and expects the matching anomaly. ``TXNLOG_UNSAFE`` is a comma-separated
-list of names; unset (always, outside that test) every ``enabled`` call returns False.
-
-Names and where they act:
-
-- ``plain_put``: ``Storage.put_if_absent`` overwrites instead of failing (log_format/storage.py)
-- ``no_epoch_check``: the coordinator accepts an older producer epoch (coordinator/engine.py)
-- ``abort_after_prepare``: the coordinator answers an abort of a transaction whose commit is
-  already decided (PrepareCommit logged) with success (coordinator/engine.py)
-- ``ignore_lso``: read_committed readers read up to the HW, not the LSO (log_format/reader.py)
+"unsafe" read as memory-unsafe; the module holds the chaos harness's planted-bug switches.
 """
 
 from __future__ import annotations
 
-import os
+from .planted_bugs import ENV, NAMES, enabled
 
-ENV = "TXNLOG_UNSAFE"
-NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso"})
-
-_parsed: tuple[str, frozenset[str]] = ("", frozenset())
-
-
-def _names(spec: str) -> frozenset[str]:
-    names = frozenset(filter(None, (s.strip() for s in spec.split(","))))
-    unknown = names - NAMES
-    if unknown:
-        raise ValueError(f"unknown {ENV} names {sorted(unknown)}; known: {sorted(NAMES)}")
-    return names
-
-
-def enabled(name: str) -> bool:
-    """True if the planted bug `name` is switched on in this process's environment.
-
-    Re-reads the environment (cheaply: one dict lookup when unset) so tests can flip it.
-    """
-    global _parsed
-    spec = os.environ.get(ENV, "")
-    if not spec:
-        return False
-    if spec != _parsed[0]:
-        _parsed = (spec, _names(spec))
-    return name in _parsed[1]
+__all__ = ["ENV", "NAMES", "enabled"]
