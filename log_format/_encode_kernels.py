@@ -5,7 +5,7 @@ record joins the open batch while header + records stay within the batch size; a
 always takes its first record), then writes it; a batch's header is written when it closes.
 One pass reads every Arrow buffer once (a separate sizing pass cost a fifth of the time).
 All inputs come from validated Arrow buffers; indices are still checked against the arrays.
-Compiled without reference counting, like _kernels (see there why).
+Compiled without reference counting, like _decode_kernels (see there why).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._kernels import HEADER_SIZE, memcpy
+from ._decode_kernels import HEADER_SIZE, memcpy
 
 OK = 0
 E_RECORD_TOO_LARGE = 1  # a record (or one field) would not fit Kafka's int32 lengths

@@ -1,7 +1,7 @@
 """Kafka v2 batches -> one Arrow RecordBatch with Spark's Kafka source schema.
 
 Python does per-batch work only (plan, CRC, decompression); the record walk is compiled
-(_kernels.decode_records) and its buffers become Arrow arrays without copies.
+(_decode_kernels.decode_records) and its buffers become Arrow arrays without copies.
 Uncompressed batches are decoded straight from the input buffer.
 """
 
@@ -16,7 +16,7 @@ import cramjam
 import numpy as np
 import pyarrow as pa
 
-from . import _kernels as K
+from . import _decode_kernels as K
 from .arrow_scan import (
     MAX_DECOMPRESSED_BATCH,
     AbortedFilter,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import _kernels as K
+from . import _decode_kernels as K
 from .batch_header import (
     ATTRIBUTES_OFFSET,
     CONTROL_FLAG,

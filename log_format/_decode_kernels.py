@@ -1,4 +1,6 @@
-"""Compiled (numba) kernels of the Arrow hot paths: batch scan and record walk.
+"""Compiled (numba) decode kernels of the Arrow hot paths: batch scan and record walk.
+
+The encode side is ``_encode_kernels``; both compile on first call, not at import.
 
 Records are varint-framed, so finding their boundaries is a sequential walk; it runs here at
 native speed. numba does not bounds-check array accesses, so every read below is checked by
