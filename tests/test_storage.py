@@ -131,7 +131,7 @@ def test_local_large_objects_direct_io(file_root: str, size: int, aligned: bool,
     same bytes and put-if-absent answers as buffered writes; a file system refusing direct
     I/O (EINVAL at open or at the write) gets them buffered."""
     import numpy as np
-    from txnlog.log_format import storage as storage_mod
+    from txnlog.log_format.storage import local as storage_mod
 
     rng = np.random.default_rng(size)
     buf = storage_mod.aligned_empty(size + 1)
