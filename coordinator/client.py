@@ -8,7 +8,8 @@ which matters because writers share cores with the coordinator). Every
 coordinator error arrives as the exception class of its Kafka name
 (``errors.ProducerFencedError``, ...).
 
-Retries are bounded and only where a repeat is safe: connection failures and the retriable
+Retries are bounded (the project's one policy, ``log_format.retry``, with a deadline of
+``retry_for`` seconds) and only where a repeat is safe: connection failures and the retriable
 Kafka errors (CoordinatorLoadInProgress, ConcurrentTransactions, KafkaStorageError). Every
 operation is idempotent on retry by design (sequence numbers for reserve, member keys for
 add_member, epoch bookkeeping for end_txn).
@@ -21,10 +22,11 @@ import json
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlparse
+
+from txnlog.log_format.retry import RetriesExhausted, RetryPolicy, retry_call
 
 from .errors import (
     ConcurrentTransactionsError,
@@ -36,7 +38,9 @@ from .errors import (
     error_from_json,
 )
 
-TopicPartition = tuple[str, int]
+TopicPartitionPair = tuple[str, int]
+"""(topic, partition) as a plain tuple: the key of the client's dicts, as the JSON API names a
+partition. (``log_format.consumer.TopicPartition`` is the consumer API's class.)"""
 RETRIABLE = (CoordinatorLoadInProgressError, ConcurrentTransactionsError, KafkaStorageError)
 CONNECT_TIMEOUT = 5.0
 _HEADERS = {"Content-Type": "application/json"}
@@ -138,32 +142,41 @@ class CoordinatorClient:
 
     # ------------------------------------------------------------------ transport
     def call(self, op: str, body: Mapping[str, Any]) -> Any:
-        """POST /v1/<op>; returns the JSON answer or raises the named Kafka error."""
+        """POST /v1/<op>; returns the JSON answer or raises the named Kafka error.
+
+        Connection failures and the RETRIABLE Kafka errors are retried with the project's
+        backoff (``log_format.retry``) for up to ``retry_for`` seconds; then an unreachable
+        coordinator is CoordinatorUnavailableError and a retriable error is raised as it
+        came. Every other error is raised at once.
+        """
         payload = json.dumps(body, separators=(",", ":")).encode()
         path = f"/v1/{op}"
-        deadline = time.monotonic() + self.retry_for
-        delay = 0.05
-        while True:
+
+        def attempt() -> Any:
+            status, data = _http(self.endpoint, "POST", path, payload, self.timeout)
             try:
-                status, data = _http(self.endpoint, "POST", path, payload, self.timeout)
-            except OSError as exc:
-                if time.monotonic() + delay > deadline:
-                    raise CoordinatorUnavailableError(
-                        f"coordinator {self.endpoint} unreachable for {op}: {exc}") from exc
-            else:
-                try:
-                    answer = json.loads(data) if data else {}
-                except ValueError:
-                    raise UnknownServerError(
-                        f"{op}: HTTP {status} with a non-JSON body from "
-                        f"{self.endpoint}") from None
-                if status == 200:
-                    return answer
-                err = error_from_json(answer if isinstance(answer, dict) else {})
-                if not isinstance(err, RETRIABLE) or time.monotonic() + delay > deadline:
-                    raise err
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+                answer = json.loads(data) if data else {}
+            except ValueError:
+                raise UnknownServerError(
+                    f"{op}: HTTP {status} with a non-JSON body from {self.endpoint}") from None
+            if status == 200:
+                return answer
+            raise error_from_json(answer if isinstance(answer, dict) else {})
+
+        try:
+            return retry_call(attempt, self._retry_policy(), (OSError, *RETRIABLE))
+        except RetriesExhausted as gave_up:
+            last = gave_up.last
+            if isinstance(last, OSError):
+                raise CoordinatorUnavailableError(
+                    f"coordinator {self.endpoint} unreachable for {op}: {last}") from last
+            raise last from None
+
+    def _retry_policy(self) -> RetryPolicy:
+        """Until ``retry_for`` seconds have passed, waiting 50 ms doubling to 1 s (jittered:
+        Spark's tasks must not all come back at once to a coordinator that restarts)."""
+        return RetryPolicy(max_attempts=None, base_delay_s=0.05, max_delay_s=1.0,
+                           deadline_s=self.retry_for)
 
     def healthy(self, timeout: float = 2.0) -> bool:
         """True when /healthz answers 200 (recovered and serving)."""
@@ -190,8 +203,8 @@ class CoordinatorClient:
         return r["producer_id"], r["epoch"]
 
     def reserve(self, producer_id: int, epoch: int,
-                partitions: Mapping[TopicPartition, tuple[int, int]]
-                ) -> dict[TopicPartition, int]:
+                partitions: Mapping[TopicPartitionPair, tuple[int, int]]
+                ) -> dict[TopicPartitionPair, int]:
         """{(topic, p): (base_sequence, count)} -> {(topic, p): base_offset}."""
         r = self.call("reserve", {"producer_id": producer_id, "epoch": epoch, "partitions": [
             {"topic": t, "partition": p, "base_sequence": s, "count": c}
@@ -212,7 +225,7 @@ class CoordinatorClient:
                                        "producer_id": producer_id, "epoch": epoch})["state"]
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
-                    offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
+                    offsets: Mapping[TopicPartitionPair, int], metadata: str = "") -> None:
         """Consumer-group offsets committed (or aborted) with the open transaction."""
         self.call("add_offsets", {
             "transactional_id": transactional_id, "producer_id": producer_id, "epoch": epoch,
@@ -220,7 +233,8 @@ class CoordinatorClient:
             "offsets": [{"topic": t, "partition": p, "offset": o, "metadata": metadata}
                         for (t, p), o in offsets.items()]})
 
-    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+    def committed_offsets(self, group_id: str) -> dict[TopicPartitionPair, int]:
+        """The group's committed offsets: {(topic, partition): next offset to read}."""
         r = self.call("committed_offsets", {"group_id": group_id})["offsets"]
         out = {}
         for key, offset in r.items():
@@ -257,19 +271,28 @@ class CoordinatorClient:
     # -------------------------------------------------------------------- topics
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None,
                      exist_ok: bool = False) -> dict[str, Any]:
+        """Create a topic through the coordinator's log; returns its metadata.
+
+        ``exist_ok``: an existing topic is no error (its metadata is returned as it is).
+        """
         return self.call("create_topic", {"name": name, "partitions": partitions,
                                           "config": dict(config or {}), "exist_ok": exist_ok})
 
     def describe_topic(self, name: str) -> dict[str, Any]:
+        """A topic's metadata ({"name", "partitions", "config", ...}) or UnknownTopicOrPartition."""
         return self.call("describe_topic", {"name": name})
 
     def list_topics(self) -> list[str]:
+        """The names of every topic under the root."""
         return self.call("list_topics", {})["topics"]
 
     def describe_txn(self, transactional_id: str) -> dict[str, Any]:
+        """A transactional id's state (producer id, epoch, state, partitions, members)."""
         return self.call("describe_txn", {"transactional_id": transactional_id})
 
     def stable(self, publish: bool = False) -> dict[str, Any]:
+        """The coordinator's HW and LSO per partition and its last stable snapshot's seq;
+        ``publish``: write a stable snapshot first (what readers see is then current)."""
         return self.call("stable", {"publish": publish})
 
 
