@@ -19,7 +19,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-TopicPartition = tuple[str, int]
+from txnlog.log_format.layout import TopicPartition
+
 GROUP_KEY = "@group"
 
 

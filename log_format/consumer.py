@@ -15,19 +15,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from .layout import validate_partition, validate_topic
+from .layout import TopicPartition, validate_partition, validate_topic
 from .reader import IsolationLevel, PartitionReader, check_isolation_level
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
 from .topics import read_topic
 
 AUTO_OFFSET_RESETS = ("earliest", "latest")
-
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True)

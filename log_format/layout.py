@@ -39,6 +39,20 @@ _STABLE_RE = re.compile(r"(\d{10})-(\d{20})\.json")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(0|[1-9]\d*)")
 
 
+class TopicPartition(NamedTuple):
+    """One partition of one topic: Kafka's ``TopicPartition``, the project's only one.
+
+    A named tuple, as in kafka-python and aiokafka, so ``TopicPartition("orders", 0) ==
+    ("orders", 0)`` and both hash alike: the coordinator client and the streaming offsets
+    build plain ``(topic, partition)`` keys, the consumer hands out named ones, and all of
+    them are the same dict keys. It lives here, beside the topic and partition rules,
+    because this module is cheap to import (no pyarrow, no storage).
+    """
+
+    topic: str
+    partition: int
+
+
 def validate_topic(name: object) -> str:
     """Return `name` if Kafka would accept it as a topic name, else raise InvalidTopicError."""
     if not isinstance(name, str):
