@@ -17,6 +17,9 @@ decides it belongs to the place.
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,3 +177,30 @@ def test_dependencies_point_one_way(component: str) -> None:
         bad += [f"{path.relative_to(REPO)} imports {t}" for t in sorted(targets)
                 if any(_under(t, f) for f in FORBIDDEN[component])]
     assert not bad, "\n".join(bad)
+
+
+# ------------------------------------------------------------------- the package's surface
+
+
+def test_importing_log_format_is_cheap() -> None:
+    """``import txnlog.log_format`` loads none of the heavy dependencies: its public names
+    load on first use (a Spark driver or a CLI that needs one name pays for that name)."""
+    code = ("import sys, txnlog.log_format\n"
+            "heavy = [m for m in ('pyarrow', 'numba', 'numpy', 's3fs') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_public_names_resolve() -> None:
+    import txnlog.log_format as lf
+
+    assert sorted(lf.__all__) == sorted(lf._EXPORTS)
+    for name in lf.__all__:
+        value = getattr(lf, name)
+        assert value is getattr(importlib.import_module(f"{LOG_FORMAT}.{lf._EXPORTS[name]}"),
+                                name)
+    # a public name never shadows a submodule (``from txnlog.log_format import dump``)
+    modules = {p.stem for p in (REPO / "log_format").iterdir()}
+    assert not set(lf.__all__) & modules
+    with pytest.raises(AttributeError):
+        lf.no_such_name  # noqa: B018
