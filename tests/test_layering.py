@@ -30,7 +30,7 @@ COMPONENTS = {"log_format": "txnlog.log_format", "coordinator": "txnlog.coordina
               "datasource": "txnlog.datasource"}
 LOG_FORMAT = "txnlog.log_format"
 # The place layer of log_format: modules (or packages) that know where bytes are stored.
-PLACE = ("storage", "store", "layout", "topics", "stable", "reader", "consumer", "dir_sync")
+PLACE = ("storage", "layout", "topics", "stable", "reader", "consumer", "dir_sync")
 # What each component must not import (the one-way dependency).
 FORBIDDEN = {
     "txnlog.log_format": ("txnlog.coordinator", "txnlog.datasource", "pyspark_txnlog"),
@@ -105,7 +105,6 @@ def _bytes_modules() -> list[Path]:
     "import txnlog.log_format.reader",
     "from txnlog.log_format import consumer",
     "from txnlog.log_format.topics import read_topic",
-    "from .store.layout import partition_dir",
     "def f():\n    from .dir_sync import fsync_dir\n",
     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .storage import Storage\n",
 ])
@@ -142,8 +141,6 @@ def test_place_modules_exist() -> None:
     """PLACE names real modules (a rename must update this test, not silently skip it)."""
     names = {module_name(p) for p in _sources("log_format")}
     for place in PLACE:
-        if place == "store":  # the optional sub-package; absent today
-            continue
         assert f"{LOG_FORMAT}.{place}" in names, place
     assert len(_bytes_modules()) >= 15
 
