@@ -142,6 +142,7 @@ class Storage:
         raise NotImplementedError
 
     def exists(self, path: str) -> bool:
+        """True if `path` is an object (a "directory" of that name is not, as on S3)."""
         try:
             self.size(path)
         except FileNotFoundError:
