@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from txnlog.log_format.errors import TxnlogError
+from txnlog.log_format import layout
+from txnlog.log_format.errors import InvalidTopicNameError, TxnlogError
 
 
 class CoordinatorError(TxnlogError):
@@ -45,6 +46,10 @@ class NotCoordinatorError(CoordinatorError):
 
 
 class InvalidTopicError(CoordinatorError):
+    """Kafka's INVALID_TOPIC_EXCEPTION, as answered to a client. (A bad name found by
+    ``log_format`` is ``log_format.errors.InvalidTopicNameError``; ``validate_topic_name``
+    turns one into the other.)"""
+
     name, code = "InvalidTopic", 17
 
 
@@ -113,3 +118,11 @@ def error_from_json(body: dict[str, object]) -> CoordinatorError:
     """The exception a server error body names (UnknownServerError for unknown names)."""
     cls = ERRORS.get(str(body.get("error")), UnknownServerError)
     return cls(str(body.get("message", "")))
+
+
+def validate_topic_name(name: object) -> str:
+    """``layout.validate_topic`` for a request: a bad name is answered as InvalidTopic."""
+    try:
+        return layout.validate_topic(name)
+    except InvalidTopicNameError as exc:
+        raise InvalidTopicError(str(exc)) from None

@@ -29,7 +29,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 
-from .engine import Engine
 from .errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
@@ -38,6 +37,7 @@ from .errors import (
     UnknownServerError,
 )
 from .http_server import HttpServer, Reply
+from .transaction_coordinator import TransactionCoordinator
 from .txn_log import Recovered, TxnLog, recover
 
 log = logging.getLogger("txnlog.coordinator.server")
@@ -110,7 +110,7 @@ def storage_options(pairs: list[str]) -> dict[str, str]:
 
 
 class Metrics:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: TransactionCoordinator) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.transactions = Counter("txnlog_coordinator_transactions",
@@ -159,11 +159,10 @@ class Coordinator:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.storage = Storage.for_url(args.root, storage_options(args.storage_option))
-        self.engine = Engine(self.storage,
-                             max_transaction_timeout_ms=args.max_transaction_timeout_ms,
-                             transactional_id_expiration_ms=args.transactional_id_expiration_ms,
-                             reservation_timeout_ms=args.reservation_timeout_ms,
-                             stable_keep=args.stable_keep)
+        self.engine = TransactionCoordinator(
+            self.storage, max_transaction_timeout_ms=args.max_transaction_timeout_ms,
+            transactional_id_expiration_ms=args.transactional_id_expiration_ms,
+            reservation_timeout_ms=args.reservation_timeout_ms, stable_keep=args.stable_keep)
         self.metrics = Metrics(self.engine)
         self.engine.metrics = self.metrics
         self.ready = False
@@ -221,7 +220,7 @@ class Coordinator:
         log.info("stopped with status %d", self.exit_code)
         return self.exit_code
 
-    def _make_log(self, engine: Engine, recovered: Recovered) -> TxnLog:
+    def _make_log(self, engine: TransactionCoordinator, recovered: Recovered) -> TxnLog:
         return TxnLog(self.storage, recovered.next_offset, snapshot_fn=engine.to_snapshot,
                       snapshot_offsets=recovered.snapshot_offsets,
                       protected_fn=lambda: list(engine.takeover_offsets),
@@ -345,36 +344,36 @@ def _parts(items: list[dict[str, Any]], *fields: str) -> list[dict[str, Any]]:
     return out
 
 
-Handler = Callable[[Engine, dict[str, Any]], Awaitable[Any]]
+Handler = Callable[[TransactionCoordinator, dict[str, Any]], Awaitable[Any]]
 
 
-async def _init(e: Engine, b: dict[str, Any]) -> Any:
+async def _init(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.init_producer_id(b.get("transactional_id"),
                                     int(b.get("transaction_timeout_ms", 60_000)))
 
 
-async def _add_member(e: Engine, b: dict[str, Any]) -> Any:
+async def _add_member(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.add_member(b["transactional_id"], int(b["producer_id"]), int(b["epoch"]),
                               b["member_key"])
 
 
-async def _reserve(e: Engine, b: dict[str, Any]) -> Any:
+async def _reserve(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     res = await e.reserve(int(b["producer_id"]), int(b["epoch"]),
                           _parts(b["partitions"], "base_sequence", "count"))
     return {"partitions": res}
 
 
-async def _confirm(e: Engine, b: dict[str, Any]) -> Any:
+async def _confirm(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.confirm(int(b["producer_id"]), int(b["epoch"]),
                            _parts(b["partitions"], "base_offset"),
                            bool(b.get("wait_stable", False)))
 
 
-async def _heartbeat(e: Engine, b: dict[str, Any]) -> Any:
+async def _heartbeat(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.heartbeat(b["transactional_id"], int(b["producer_id"]), int(b["epoch"]))
 
 
-async def _add_offsets(e: Engine, b: dict[str, Any]) -> Any:
+async def _add_offsets(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     offsets = [{"topic": str(o["topic"]), "partition": int(o["partition"]),
                 "offset": int(o["offset"]), "metadata": str(o.get("metadata", ""))}
                for o in b["offsets"]]
@@ -382,11 +381,11 @@ async def _add_offsets(e: Engine, b: dict[str, Any]) -> Any:
                                b["group_id"], offsets)
 
 
-async def _committed(e: Engine, b: dict[str, Any]) -> Any:
+async def _committed(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return {"offsets": await e.committed_offsets(b["group_id"])}
 
 
-async def _end_txn(e: Engine, b: dict[str, Any]) -> Any:
+async def _end_txn(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     members = b.get("members")
     batch = b.get("batch_id")
     written = b.get("written")
@@ -396,30 +395,30 @@ async def _end_txn(e: Engine, b: dict[str, Any]) -> Any:
                            _parts(written, "base_offset") if written else None)
 
 
-async def _begin_batch(e: Engine, b: dict[str, Any]) -> Any:
+async def _begin_batch(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.begin_batch(b["transactional_id"], int(b["batch_id"]),
                                int(b.get("transaction_timeout_ms", 60_000)))
 
 
-async def _create_topic(e: Engine, b: dict[str, Any]) -> Any:
+async def _create_topic(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.create_topic(b["name"], b["partitions"], b.get("config") or {},
                                 bool(b.get("exist_ok", False)))
 
 
-async def _describe_topic(e: Engine, b: dict[str, Any]) -> Any:
+async def _describe_topic(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.describe_topic(b["name"])
 
 
-async def _list_topics(e: Engine, b: dict[str, Any]) -> Any:
+async def _list_topics(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return {"topics": await e.list_topics()}
 
 
-async def _describe_txn(e: Engine, b: dict[str, Any]) -> Any:
+async def _describe_txn(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     await e.log.sync()  # type: ignore[union-attr]
     return e.describe_txn(b["transactional_id"])
 
 
-async def _stable(e: Engine, b: dict[str, Any]) -> Any:
+async def _stable(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     if b.get("publish"):
         await e.request_stable()
     snap = e.stable_written

@@ -32,23 +32,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from txnlog.log_format.layout import (
+    TRANSACTION_STATE_DIR,
+    txn_state_log_path,
+    txn_state_snapshot_path,
+)
 from txnlog.log_format.records import decode_batches, encode_batch
+from txnlog.log_format.retry import RetriesExhausted, RetryPolicy, retry_async
 from txnlog.log_format.storage import Storage, StorageError
 
 from . import faults
 from .errors import KafkaStorageError, NotCoordinatorError
-from .txnlog_records import LogRecord, from_kafka_record, to_kafka_record
+from .txn_log_records import LogRecord, from_kafka_record, to_kafka_record
 
-LOG_DIR = "__transaction_state-0"
 log = logging.getLogger("txnlog.coordinator.txn_log")
 
-
-def log_path(offset: int) -> str:
-    return f"{LOG_DIR}/{offset:020d}.log"
-
-
-def snapshot_path(offset: int) -> str:
-    return f"{LOG_DIR}/{offset:020d}.snapshot"
+# A log write is retried a few times (same bytes, same name: put-if-absent is idempotent
+# for us), then the process stops (TxnLog._fail): memory is ahead of the log by then.
+# 5 attempts, waits 0.2, 0.4, 0.8, 1.6 s, no jitter (one writer, nothing to spread).
+LOG_WRITE_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.2, max_delay_s=1.6, jitter=False)
 
 
 class FencedError(NotCoordinatorError):
@@ -75,24 +77,25 @@ def recover(storage: Storage, fetch_threads: int = 32) -> Recovered:
     seconds. They are decoded in offset order and must be contiguous.
     """
     t0 = time.monotonic()
-    objects = storage.list(LOG_DIR)
+    objects = storage.list(TRANSACTION_STATE_DIR)
     snaps = sorted(int(o.name[:20]) for o in objects if o.name.endswith(".snapshot"))
     bases = sorted(int(o.name[:20]) for o in objects if o.name.endswith(".log"))
     state = None
     start = 0
     if snaps:
         start = snaps[-1]
-        state = json.loads(storage.get(snapshot_path(start)))
+        state = json.loads(storage.get(txn_state_snapshot_path(start)))
     todo = [b for b in bases if b >= start]
     with ThreadPoolExecutor(max_workers=max(1, min(fetch_threads, len(todo)))) as pool:
-        datas = list(pool.map(lambda b: storage.get(log_path(b)), todo))
+        datas = list(pool.map(lambda b: storage.get(txn_state_log_path(b)), todo))
     records: list[LogRecord] = []
     offset = start
     for base, data in zip(todo, datas, strict=True):
         if base != offset:
             raise KafkaStorageError(
-                f"{LOG_DIR} has a gap: expected an object at offset {offset}, found {base}")
-        for batch in decode_batches(data, source=log_path(base)):
+                f"{TRANSACTION_STATE_DIR} has a gap: expected an object at offset {offset}, "
+                f"found {base}")
+        for batch in decode_batches(data, source=txn_state_log_path(base)):
             records.extend(from_kafka_record(r) for r in batch.records)
             offset = batch.header.next_offset
     return Recovered(state, records, offset, snaps, objects=len(todo),
@@ -148,7 +151,7 @@ class TxnLog:
         self.records_written = 0
         self.storage_errors = 0
         # One write is in flight at a time; its own thread means it never waits in a queue
-        # behind marker puts (the engine's pool), so the group-commit cycle stays short.
+        # behind marker puts (the coordinator's pool), so the group-commit cycle stays short.
         self._writer_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-log")
         self._snapshot_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txn-log-snap")
 
@@ -172,9 +175,9 @@ class TxnLog:
     def before_next_write(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` (once, synchronously) just before the next object is cut.
 
-        What a hook appends goes into that object. The engine uses this to plan the commits
+        What a hook appends goes into that object. The completion path uses this to plan the commits
         that arrived while the previous write was in flight all at once, so their markers
-        get consecutive offsets and share objects (see Engine._seal_commits).
+        get consecutive offsets and share objects (see completion.Completer._seal_commits).
         """
         if self.failed is not None:
             raise NotCoordinatorError(f"this coordinator stopped: {self.failed}")
@@ -208,6 +211,13 @@ class TxnLog:
         self._writer_io.shutdown(wait=False)
         self._snapshot_io.shutdown(wait=False)
 
+    async def halt(self) -> None:
+        """Stop the writer at once, with no graceful step: what SIGKILL leaves behind (what
+        is durable stays; nothing queued is written). For tests that stand in for a crash."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
@@ -234,12 +244,12 @@ class TxnLog:
         if self._snapshot_due() and (self._snapshot_task is None or self._snapshot_task.done()):
             # Take everything pending: the state now equals durable + this batch.
             batch, self._pending = self._pending, []
-            # Serialized now: the dict shares live lists/dicts with the engine, which later
+            # Serialized now: the dict shares live lists/dicts with the state, which later
             # records would change before the write (the snapshot must equal this offset).
             snapshot = json.dumps(self._snapshot_fn(), separators=(",", ":")).encode()
         else:
             # Never split one append over two objects: a group of commits prepared (and
-            # completed) in one append must be durable all or none (Engine._seal_commits).
+            # completed) in one append must be durable all or none (Completer._seal_commits).
             n = min(len(self._pending), self.max_batch_records)
             while n < len(self._pending) and self._pending[n - 1][1] is None:
                 n += 1
@@ -250,7 +260,7 @@ class TxnLog:
         data = encode_batch([to_kafka_record(r, now) for r, _ in batch], base_offset=base,
                             now_ms=now)
         try:
-            ok = await self._put(log_path(base), data)
+            ok = await self._put(txn_state_log_path(base), data)
         except BaseException as exc:
             self._fail(exc, batch)
             if isinstance(exc, asyncio.CancelledError):
@@ -258,7 +268,8 @@ class TxnLog:
             return
         if not ok:
             exc = FencedError(
-                f"fenced: another coordinator wrote {LOG_DIR} offset {base} first; "
+                f"fenced: another coordinator wrote {TRANSACTION_STATE_DIR} offset {base} "
+                "first; "
                 "this coordinator stops serving")
             log.critical("%s", exc)
             self._fail(exc, batch)
@@ -274,7 +285,8 @@ class TxnLog:
                 return
             if ahead is not None:
                 exc = FencedError(
-                    f"fenced: {LOG_DIR} had moved on to {ahead} while this coordinator was "
+                    f"fenced: {TRANSACTION_STATE_DIR} had moved on to {ahead} while this "
+                    "coordinator was "
                     f"loading (its takeover at offset {base} reused a pruned offset); "
                     "another coordinator is serving")
                 log.critical("%s", exc)
@@ -300,22 +312,26 @@ class TxnLog:
                 self._write_snapshot(self.next_offset, snapshot))
 
     async def _put(self, path: str, data: bytes) -> bool:
-        """put-if-absent with extra retries around storage errors (same bytes, same name)."""
-        for attempt in range(5):
-            try:
-                return await asyncio.get_running_loop().run_in_executor(
-                    self._writer_io, self.storage.put_if_absent, path, data)
-            except StorageError as exc:
-                self.storage_errors += 1
-                log.warning("log write %s failed (attempt %d): %s", path, attempt + 1, exc)
-                if attempt == 4:
-                    raise
-                await asyncio.sleep(0.2 * 2 ** attempt)
-        raise AssertionError("unreachable")
+        """put-if-absent with extra retries around storage errors (same bytes, same name);
+        the last StorageError propagates once LOG_WRITE_RETRY gives up."""
+        def put() -> asyncio.Future[bool]:
+            return asyncio.get_running_loop().run_in_executor(
+                self._writer_io, self.storage.put_if_absent, path, data)
+
+        def failed(attempt: int, exc: BaseException, _wait: float) -> None:
+            self.storage_errors += 1
+            log.warning("log write %s failed (attempt %d): %s", path, attempt, exc)
+
+        try:
+            return await retry_async(put, LOG_WRITE_RETRY, StorageError, failed)
+        except RetriesExhausted as exc:
+            self.storage_errors += 1
+            log.warning("log write %s failed (attempt %d): %s", path, exc.attempts, exc.last)
+            raise exc.last from None
 
     def _log_ahead_of(self, base: int) -> str | None:
         """The name of a snapshot or log object above ``base``, if any (blocking)."""
-        for obj in self.storage.list(LOG_DIR):
+        for obj in self.storage.list(TRANSACTION_STATE_DIR):
             offset = int(obj.name[:20])
             if offset > base and obj.name.endswith((".snapshot", ".log")):
                 return obj.name
@@ -338,8 +354,9 @@ class TxnLog:
         try:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self._snapshot_io, self.storage.put_if_absent,
-                                       snapshot_path(offset), data)
-            log.info("snapshot at %s offset %d (%d bytes)", LOG_DIR, offset, len(data))
+                                       txn_state_snapshot_path(offset), data)
+            log.info("snapshot at %s offset %d (%d bytes)", TRANSACTION_STATE_DIR, offset,
+                     len(data))
             faults.point("mid_snapshot")
             self._snapshots.append(offset)
             await loop.run_in_executor(self._snapshot_io, self._prune)
@@ -353,7 +370,8 @@ class TxnLog:
             return
         keep_from = self._snapshots[-2]
         protected = set(self._protected_fn())
-        doomed = [f"{LOG_DIR}/{obj.name}" for obj in self.storage.list(LOG_DIR)
+        doomed = [f"{TRANSACTION_STATE_DIR}/{obj.name}"
+                  for obj in self.storage.list(TRANSACTION_STATE_DIR)
                   if int(obj.name[:20]) < keep_from
                   and not (obj.name.endswith(".log") and int(obj.name[:20]) in protected)]
         self.storage.delete_many(doomed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .errors import InvalidTopicError
+from .errors import InvalidTopicNameError
 
 MAX_TOPIC_LENGTH = 249
 OFFSET_DIGITS = 20
@@ -54,19 +54,19 @@ class TopicPartition(NamedTuple):
 
 
 def validate_topic(name: object) -> str:
-    """Return `name` if Kafka would accept it as a topic name, else raise InvalidTopicError."""
+    """Return `name` if Kafka would accept it as a topic name, else raise InvalidTopicNameError."""
     if not isinstance(name, str):
-        raise InvalidTopicError(f"topic name must be a string, got {type(name).__name__}")
+        raise InvalidTopicNameError(f"topic name must be a string, got {type(name).__name__}")
     if not name:
-        raise InvalidTopicError("topic name is empty; use 1-249 characters of [a-zA-Z0-9._-]")
+        raise InvalidTopicNameError("topic name is empty; use 1-249 characters of [a-zA-Z0-9._-]")
     if name in (".", ".."):
-        raise InvalidTopicError(f"topic name {name!r} is not allowed (it is a path component)")
+        raise InvalidTopicNameError(f"topic name {name!r} is not allowed (it is a path component)")
     if len(name) > MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(
+        raise InvalidTopicNameError(
             f"topic name is {len(name)} characters long; at most {MAX_TOPIC_LENGTH} allowed")
     if not _TOPIC_RE.fullmatch(name):
         bad = sorted({c for c in name if not _TOPIC_RE.fullmatch(c)})
-        raise InvalidTopicError(
+        raise InvalidTopicNameError(
             f"topic name {name!r} contains {''.join(bad)!r}; only ASCII letters, digits, "
             "'.', '_' and '-' are allowed")
     return name
@@ -96,7 +96,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
         return None
     try:
         return validate_topic(m.group(1)), int(m.group(2))
-    except InvalidTopicError:
+    except InvalidTopicNameError:
         return None
 
 

@@ -171,7 +171,7 @@ def test_offsets_in_transaction(coord: CoordinatorProc) -> None:
         prod.commit_transaction()
     assert c.committed_offsets(group) == {("in", 0): 43}
     # the OffsetCommit records live in __consumer_offsets, committed by the same markers
-    from txnlog.coordinator.engine import offsets_partition
+    from txnlog.log_format.consumer_offsets import offsets_partition
     st = Storage.for_url(coord.root)
     p = offsets_partition(group)
     found = check_partition(st, "__consumer_offsets", p)

@@ -9,7 +9,7 @@ from txnlog.datasource.options import (
     parse_write_options,
 )
 from txnlog.log_format.compression import Codec
-from txnlog.log_format.errors import InvalidTopicError
+from txnlog.log_format.errors import InvalidTopicNameError
 
 ROOT = {"path": "file:///tmp/x"}
 
@@ -66,7 +66,7 @@ def test_bad_read_options_name_the_problem(opts: dict, match: str) -> None:
 def test_missing_root_and_bad_topic() -> None:
     with pytest.raises(InvalidOptionError, match="no txnlog root"):
         parse_read_options({"subscribe": "a"})
-    with pytest.raises(InvalidTopicError):
+    with pytest.raises(InvalidTopicNameError):
         read(subscribe="../etc")
 
 
@@ -78,7 +78,7 @@ def test_write_options() -> None:
         parse_write_options({**ROOT, "compression": "brotli"})
     with pytest.raises(InvalidOptionError, match="unknown option 'subscribe'"):
         parse_write_options({**ROOT, "subscribe": "t"})
-    with pytest.raises(InvalidTopicError):
+    with pytest.raises(InvalidTopicNameError):
         parse_write_options({**ROOT, "topic": "a/b"})
     assert parse_write_options({**ROOT, "storage.endpoint_url": "http://x"}).storage_options == {
         "endpoint_url": "http://x"}

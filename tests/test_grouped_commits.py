@@ -1,10 +1,10 @@
 """Commits planned together share marker objects; a crash at any step rolls all forward.
 
 In-process, so the group is exact: EndTxn calls that arrive while the log is busy are
-planned together at the next log write (Engine._seal_commits). Their markers take
+planned together at the next log write (completion.Completer._seal_commits). Their markers take
 consecutive offsets in each partition and one object per partition holds them all. A
-"crash" raises at a fault point and then stops every task of that engine (what is durable
-stays, nothing else runs); a new engine recovers from storage like a restarted process.
+"crash" raises at a fault point and then halts that coordinator (``halt``: what is durable
+stays, nothing else runs); a new one recovers from storage like a restarted process.
 The SIGKILL crash matrix with real processes is in test_coordinator_crash.py.
 """
 
@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 from test_coordinator_protocol import check_partition, read_values, write
-from txnlog.coordinator import engine as engine_mod
-from txnlog.coordinator import faults
-from txnlog.coordinator.engine import Engine
+from txnlog.coordinator import completion, faults
 from txnlog.coordinator.errors import InvalidTxnStateError
+from txnlog.coordinator.transaction_coordinator import TransactionCoordinator
 from txnlog.coordinator.txn_log import TxnLog, recover
 from txnlog.log_format import layout
 from txnlog.log_format.control import ControlType, control_info
@@ -34,27 +33,22 @@ class Crash(BaseException):
     """Stands in for SIGKILL at a fault point."""
 
 
-def _log_factory(engine: Engine, recovered: Any) -> TxnLog:
+def _log_factory(engine: TransactionCoordinator, recovered: Any) -> TxnLog:
     return TxnLog(engine.storage, recovered.next_offset, snapshot_fn=engine.to_snapshot,
                   snapshot_offsets=recovered.snapshot_offsets,
                   protected_fn=lambda: list(engine.takeover_offsets),
                   on_fatal=lambda exc: None)
 
 
-async def _start(storage: Storage) -> Engine:
-    engine = Engine(storage)
+async def _start(storage: Storage) -> TransactionCoordinator:
+    engine = TransactionCoordinator(storage)
     await engine.start(_log_factory, await asyncio.to_thread(recover, storage))
     return engine
 
 
-async def _die(engine: Engine) -> None:
-    """Stop every task of a crashed engine without any graceful step."""
-    tasks = [*engine._tasks, *engine._completions.values()]
-    if engine.log is not None and engine.log._task is not None:
-        tasks.append(engine.log._task)
-    for t in tasks:
-        t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+async def _die(engine: TransactionCoordinator) -> None:
+    """Stop every task of a crashed coordinator without any graceful step."""
+    await engine.halt()
 
 
 def _arm(monkeypatch: pytest.MonkeyPatch, point: str, at: int) -> None:
@@ -72,14 +66,15 @@ def _disarm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(faults, "point", lambda name: None)
 
 
-async def _recovered(st: Storage) -> Engine:
+async def _recovered(st: Storage) -> TransactionCoordinator:
     """What the next restart recovers, before it rolls anything forward."""
-    engine = Engine(st)
+    engine = TransactionCoordinator(st)
     engine.load(await asyncio.to_thread(recover, st))
     return engine
 
 
-async def _open_txns(engine: Engine, st: Storage) -> list[tuple[str, int, int, list[Any]]]:
+async def _open_txns(engine: TransactionCoordinator, st: Storage
+                     ) -> list[tuple[str, int, int, list[Any]]]:
     await engine.create_topic("t", PARTS)
     out = []
     for i in range(TXNS):
@@ -99,7 +94,7 @@ async def _open_txns(engine: Engine, st: Storage) -> list[tuple[str, int, int, l
     return out
 
 
-def _end_all(engine: Engine, txns: list[tuple[str, int, int, list[Any]]]):
+def _end_all(engine: TransactionCoordinator, txns: list[tuple[str, int, int, list[Any]]]):
     return asyncio.gather(*(engine.end_txn(tid, pid, ep, True, written=w)
                             for tid, pid, ep, w in txns), return_exceptions=True)
 
@@ -190,13 +185,15 @@ def test_member_completed_alone_then_restart_again(tmp_path: Path,
         _disarm(monkeypatch)
         # The second coordinator completes only the first member, then dies.
         recovered = await asyncio.to_thread(recover, st)
-        engine2 = Engine(st)
-        real_spawn = engine2._spawn_completion
+        engine2 = TransactionCoordinator(st)
+        real_roll_forward = engine2.completer.roll_forward
         first = txns[0][0]
-        engine2._spawn_completion = lambda txn: (  # type: ignore[method-assign]
-            real_spawn(txn) if txn.tid == first else None)
+        engine2.completer.roll_forward = lambda txn: (  # type: ignore[method-assign]
+            real_roll_forward(txn) if txn.tid == first else None)
         await engine2.start(_log_factory, recovered)
-        await engine2._completions[first]
+        done = engine2.completer.in_flight(first)
+        assert done is not None
+        await done
         await _die(engine2)
         seen = await _recovered(st)
         assert seen.txns[first].state.kafka_name == "CompleteCommit"
@@ -226,7 +223,7 @@ def test_a_failure_while_sealing_answers_every_caller(tmp_path: Path,
     async def scenario() -> None:
         engine = await _start(st)
         txns = await _open_txns(engine, st)
-        monkeypatch.setattr(engine_mod, "_share_markers", broken)
+        monkeypatch.setattr(completion, "share_markers", broken)
         results = await asyncio.wait_for(_end_all(engine, txns), 30)
         assert all(isinstance(r, RuntimeError) for r in results), results
         assert all(engine.txns[tid].ending is None for tid, *_ in txns)
@@ -269,7 +266,7 @@ def test_published_bounds_never_go_back_after_a_crash(tmp_path: Path,
         for _ in range(500):  # a snapshot with the group's markers resolved is out
             snap = engine.stable_written
             if blocked[0] and snap is not None and all(
-                    snap.partitions[f"t-{p}"][0] == engine.partitions[f"t-{p}"].leo
+                    snap.partitions[f"t-{p}"][0] == engine.state.partitions[f"t-{p}"].leo
                     for p in range(PARTS)):
                 break
             await asyncio.sleep(0.01)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from txnlog.log_format import layout
-from txnlog.log_format.errors import InvalidTopicError
+from txnlog.log_format.errors import InvalidTopicNameError
 
 
 @pytest.mark.parametrize("name", ["orders", "a", "A.b_c-9", "x" * 249, "__consumer_offsets",
@@ -19,13 +19,13 @@ def test_valid_topic_names(name: str) -> None:
     ("a\\b", "only ASCII"), ("tab\t", "only ASCII"),
 ])
 def test_invalid_topic_names_say_what_is_allowed(name: str, why: str) -> None:
-    with pytest.raises(InvalidTopicError, match=why) as info:
+    with pytest.raises(InvalidTopicNameError, match=why) as info:
         layout.validate_topic(name)
     assert isinstance(info.value, ValueError)
 
 
 def test_invalid_topic_type() -> None:
-    with pytest.raises(InvalidTopicError, match="string"):
+    with pytest.raises(InvalidTopicNameError, match="string"):
         layout.validate_topic(3)
 
 
@@ -61,7 +61,7 @@ def test_paths() -> None:
     assert layout.parse_partition_dir("my-topic-12") == ("my-topic", 12)
     assert layout.parse_partition_dir("_meta") is None
     assert layout.parse_partition_dir("t-01") is None
-    with pytest.raises(InvalidTopicError):
+    with pytest.raises(InvalidTopicNameError):
         layout.partition_dir("../x", 0)
     with pytest.raises(ValueError):
         layout.partition_dir("t", -1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from txnlog.log_format.errors import InvalidTopicError
+from txnlog.log_format.errors import InvalidTopicNameError
 from txnlog.log_format.storage import Storage
 from txnlog.log_format.topics import (
     TopicMeta,
@@ -32,9 +32,9 @@ def test_unknown_and_invalid(file_root: str) -> None:
     st = Storage.for_url(file_root)
     with pytest.raises(UnknownTopicError, match="'nope' does not exist"):
         read_topic(st, "nope")
-    with pytest.raises(InvalidTopicError):
+    with pytest.raises(InvalidTopicNameError):
         create_topic(st, "../escape", 1)
-    with pytest.raises(InvalidTopicError):
+    with pytest.raises(InvalidTopicNameError):
         read_topic(st, "a/b")
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="partitions"):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from txnlog.coordinator.errors import NotCoordinatorError
-from txnlog.coordinator.txn_log import LOG_DIR, FencedError, TxnLog, log_path, recover
-from txnlog.coordinator.txnlog_records import LogRecord
+from txnlog.coordinator.txn_log import FencedError, TxnLog, recover
+from txnlog.coordinator.txn_log_records import LogRecord
+from txnlog.log_format.layout import TRANSACTION_STATE_DIR, txn_state_log_path
 from txnlog.log_format.storage import Storage
 
 
@@ -52,7 +53,7 @@ def test_takeover_on_a_pruned_offset_is_fenced(tmp_path: Path) -> None:
             await a.append([_takeover(1, 0)])
             await _settle(a)
         assert stale.next_offset < a.next_offset
-        assert not storage.exists(log_path(stale.next_offset)), \
+        assert not storage.exists(txn_state_log_path(stale.next_offset)), \
             "precondition: the object at the stale next offset was pruned"
         fatal_b: list[BaseException] = []
         b = _new_log(storage, stale.next_offset, fatal_b)
@@ -89,7 +90,7 @@ def test_takeover_at_the_end_of_the_log_serves_and_fences_the_old_one(tmp_path: 
         with pytest.raises(NotCoordinatorError, match="fenced"):
             await a.append([_takeover(1, 0)])
         assert isinstance(fatal_a[0], FencedError)
-        assert any(o.name.endswith(".log") for o in storage.list(LOG_DIR))
+        assert any(o.name.endswith(".log") for o in storage.list(TRANSACTION_STATE_DIR))
         with contextlib.suppress(NotCoordinatorError):  # close() re-raises the failure
             await a.close()
         await b.close()

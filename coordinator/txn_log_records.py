@@ -1,7 +1,8 @@
 """The records of ``__transaction_state-0``: Kafka's TransactionLogKey/Value plus our own.
 
 Every state change of the coordinator is one of these records; replaying them in order
-rebuilds the state exactly (the engine applies the same dicts live and on replay).
+rebuilds the state exactly (``CoordinatorState.apply`` runs the same dicts live and on
+replay).
 
 - Transaction state (kind ``txn``): Kafka's bytes. Key = ``int16 0`` + ``STRING
   transactionalId`` (TransactionLogKey v0); value = TransactionLogValue v0 (ProducerId,

@@ -1,0 +1,381 @@
+"""The coordinator's state and the one function that changes it: ``apply(record)``.
+
+Kafka's TransactionStateManager keeps the metadata cache and loads it from
+``__transaction_state``; here every change of every kind (producer ids, transactions,
+members, reservations, topics, offsets) is a LogRecord, and ``CoordinatorState.apply`` is
+the only code that changes the state. The request layer applies a record and queues it for
+the log in one synchronous step (``runtime.Commits.commit``), and recovery applies the same
+records after the snapshot, so live and replayed state are the same by construction.
+
+Pure and synchronous: no asyncio, no storage. Reading the state to *build* records (pid
+allocation, transitions, plans) never changes it; only ``apply`` does. The one exception,
+named as such, is ``release_unreplicated``: it forgets completed transactions that can no
+longer hold an LSO back, which changes no answer (see partition_state.visible_offsets).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .completion_plan import CompletionPlan
+from .errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
+from .partition_state import (
+    PartitionOffset,
+    PartitionState,
+    ProducerState,
+    Reservation,
+    SeqEntry,
+    UnreplicatedRange,
+    UnreplicatedTxn,
+    partition_key,
+)
+from .states import TxnState
+from .txn_log_records import LogRecord
+from .txn_metadata import Txn
+
+PID_BLOCK = 1000
+SNAPSHOT_VERSION = 1
+
+
+@dataclass
+class CoordinatorState:
+    """Everything the coordinator's log describes (what a snapshot holds)."""
+
+    coordinator_epoch: int = -1
+    takeover_offsets: list[int] = field(default_factory=list)
+    next_pid: int = 0
+    pid_limit: int = 0
+    topics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    partitions: dict[str, PartitionState] = field(default_factory=dict)
+    producers: dict[int, ProducerState] = field(default_factory=dict)
+    txns: dict[str, Txn] = field(default_factory=dict)
+    reservations: dict[PartitionOffset, Reservation] = field(default_factory=dict)
+    group_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Completed transactions that may still hold LSOs back (Kafka's unreplicatedTxns; the
+    # snapshot calls them "held"): see partition_state.visible_offsets.
+    unreplicated: list[UnreplicatedTxn] = field(default_factory=list)
+
+    # ================================================================== reading
+    def txn(self, tid: str) -> Txn:
+        """The transactional id's metadata, or InvalidProducerIdMapping."""
+        txn = self.txns.get(tid)
+        if txn is None:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {tid!r} is unknown: call init_producer_id first")
+        return txn
+
+    def partition(self, key: str) -> PartitionState:
+        """A partition's state (an empty one for a partition nothing was reserved in)."""
+        return self.partitions.get(key) or PartitionState()
+
+    def alloc_pids(self, n: int) -> tuple[list[int], list[LogRecord]]:
+        """``n`` producer ids, and the ``pid_block`` records to apply with their use.
+
+        Changes nothing: the ids are taken by applying the records that use them (producer,
+        member, txn, or a Prepare whose plan moves to a new producer id), each of which moves
+        ``next_pid`` past its id. So apply them before allocating again.
+        """
+        out: list[int] = []
+        records: list[LogRecord] = []
+        nxt, limit = self.next_pid, self.pid_limit
+        for _ in range(n):
+            if nxt >= limit:
+                records.append(LogRecord("pid_block", {"id": "", "start": limit,
+                                                       "limit": limit + PID_BLOCK}))
+                nxt, limit = max(nxt, limit), limit + PID_BLOCK
+            out.append(nxt)
+            nxt += 1
+        return out, records
+
+    def bumped(self, txn: Txn) -> tuple[int, int, list[LogRecord]]:
+        """The (pid, epoch) after a bump — epoch + 1, or a new producer id when the epoch
+        is exhausted — and the pid_block records that id needs."""
+        if txn.epoch_exhausted():
+            (pid,), records = self.alloc_pids(1)
+            return pid, 0, records
+        return txn.pid, txn.epoch + 1, []
+
+    def unconfirmed(self, txn: Txn, committed: set[int], verified: list[PartitionOffset]
+                    ) -> list[PartitionOffset]:
+        """Reservations of ``committed`` producers in ``txn`` not confirmed nor verified."""
+        return [r for r in txn.reservations
+                if (res := self.reservations.get(r)) is not None and not res.confirmed
+                and res.pid in committed and r not in verified]
+
+    def to_confirm(self, parts: list[PartitionOffset], pids: set[int], whose: str
+                   ) -> dict[int, list[PartitionOffset]]:
+        """The reservations among ``parts`` still to confirm, by producer; one reserved by a
+        producer outside ``pids`` is refused (Confirm and EndTxn's ``written``)."""
+        todo: dict[int, list[PartitionOffset]] = {}
+        for key in parts:
+            res = self.reservations.get(key)
+            if res is None:
+                continue  # already resolved (a retry) or never ours: nothing to move
+            if res.pid not in pids:
+                raise InvalidRequestError(
+                    f"offset {key.base} of {key.topic}-{key.partition} was reserved by "
+                    f"producer {res.pid}, not {whose}")
+            if not res.confirmed:
+                todo.setdefault(res.pid, []).append(key)
+        return todo
+
+    # ==================================================================== apply
+    def apply(self, rec: LogRecord) -> None:
+        """Make the change ``rec`` describes (live, and again on replay)."""
+        getattr(self, f"_apply_{rec.kind}")(rec.data)
+
+    def apply_all(self, records: list[LogRecord]) -> None:
+        for rec in records:
+            self.apply(rec)
+
+    def _apply_takeover(self, d: dict[str, Any]) -> None:
+        self.coordinator_epoch = d["epoch"]
+        self.takeover_offsets.append(d["log_offset"])
+        self.next_pid = max(self.next_pid, self.pid_limit)  # skip the rest of a used block
+
+    def _apply_pid_block(self, d: dict[str, Any]) -> None:
+        self.pid_limit = d["limit"]
+        self.next_pid = max(self.next_pid, d["start"])
+
+    def _apply_producer(self, d: dict[str, Any]) -> None:
+        self.producers[d["pid"]] = ProducerState(d["pid"], d["epoch"], None)
+        self.next_pid = max(self.next_pid, d["pid"] + 1)
+
+    def _apply_topic(self, d: dict[str, Any]) -> None:
+        self.topics[d["name"]] = {"partitions": d["partitions"], "config": d.get("config", {})}
+        for p in range(d["partitions"]):
+            self.partitions.setdefault(partition_key(d["name"], p), PartitionState())
+
+    def _apply_member(self, d: dict[str, Any]) -> None:
+        txn = self.txns[d["tid"]]
+        txn.members[d["key"]] = d["pid"]
+        self.producers[d["pid"]] = ProducerState(d["pid"], 0, d["tid"], member=True)
+        self.next_pid = max(self.next_pid, d["pid"] + 1)
+        txn.last_heartbeat = time.monotonic()
+
+    def _apply_batch(self, d: dict[str, Any]) -> None:
+        self.txns[d["tid"]].batch_id = d["batch_id"]
+
+    def _apply_reserve(self, d: dict[str, Any]) -> None:
+        pid, epoch, tid = d["pid"], d["epoch"], d.get("tid")
+        ps = self.producers[pid]
+        txn = self.txns.get(tid) if tid is not None else None
+        for topic, p, seq, count, base in d["parts"]:
+            key = partition_key(topic, p)
+            part = self.partitions.setdefault(key, PartitionState())
+            part.reserve(base, base + count)
+            ps.record_batch(key, SeqEntry(epoch, seq, count, base))
+            where = PartitionOffset(topic, p, base)
+            self.reservations[where] = Reservation(topic, p, base, count, pid, tid)
+            if txn is not None:
+                txn.partitions[key] = [topic, p]
+                txn.reservations.append(where)
+                part.open_first.setdefault(pid, base)
+        if txn is not None:
+            txn.last_heartbeat = time.monotonic()
+
+    def _resolve(self, topic: str, p: int, base: int) -> None:
+        self.partitions[partition_key(topic, p)].unresolved.pop(base, None)
+        where = PartitionOffset(topic, p, base)
+        res = self.reservations.get(where)
+        if res is not None:
+            res.confirmed = True
+            if res.tid is None:
+                del self.reservations[where]
+
+    def _apply_confirm(self, d: dict[str, Any]) -> None:
+        """Reserved ranges were written (``confirm``) or closed by a 0-byte object
+        (``fence``): either way they are resolved."""
+        for topic, p, base in d["parts"]:
+            self._resolve(topic, p, base)
+
+    _apply_fence = _apply_confirm
+
+    def _apply_offsets(self, d: dict[str, Any]) -> None:
+        self.txns[d["tid"]].offsets.append({"group": d["group"], "offsets": d["offsets"]})
+
+    def _apply_txn(self, d: dict[str, Any]) -> None:
+        tid = d["tid"]
+        if d.get("tombstone"):
+            txn = self.txns.pop(tid, None)
+            if txn is not None:
+                self.producers.pop(txn.pid, None)
+            return
+        ext = d.get("ext") or {}
+        state = TxnState(d["state"])
+        txn = self.txns.get(tid)
+        if txn is None:
+            txn = self.txns[tid] = Txn(tid, d["pid"], d["epoch"], d["timeout_ms"])
+        if txn.pid != d["pid"]:
+            self.producers.pop(txn.pid, None)
+        txn.pid, txn.epoch, txn.timeout_ms = d["pid"], d["epoch"], d["timeout_ms"]
+        self.producers.setdefault(txn.pid, ProducerState(txn.pid, txn.epoch, tid))
+        self.producers[txn.pid].epoch = txn.epoch
+        self.next_pid = max(self.next_pid, txn.pid + 1)
+        txn.last_update_ms = d["last_update_ms"]
+        txn.start_ms = d["start_ms"]
+        if "last" in ext:
+            txn.last = ext["last"]
+        if "batch_id" in ext:
+            txn.batch_id = ext["batch_id"]
+        if state is TxnState.ONGOING and txn.state is not TxnState.ONGOING:
+            txn.last_heartbeat = time.monotonic()
+        if state.is_prepare:
+            self._apply_prepare(txn, CompletionPlan.from_json(ext["plan"]))
+        elif state.is_complete:
+            self._apply_complete(txn, state)
+        txn.state = state
+
+    def _apply_prepare(self, txn: Txn, plan: CompletionPlan) -> None:
+        txn.plan = plan
+        for topic, p, base in plan.verified:
+            self._resolve(topic, p, base)
+        for row in plan.markers:
+            part = self.partitions.setdefault(partition_key(row.topic, row.partition),
+                                              PartitionState())
+            part.reserve(row.base, row.base + len(row.markers))
+        if plan.next_pid is not None:  # a new producer id for after the bump is taken
+            self.next_pid = max(self.next_pid, plan.next_pid + 1)
+
+    def _apply_complete(self, txn: Txn, state: TxnState) -> None:
+        plan = txn.plan
+        commit = state is TxnState.COMPLETE_COMMIT
+        self._add_unreplicated(txn, plan, commit)
+        for row in plan.markers if plan is not None else []:
+            self.partitions[partition_key(row.topic, row.partition)].unresolved.pop(row.base,
+                                                                                   None)
+        pids = txn.producer_pids()
+        for where in txn.reservations:
+            self._resolve(*where)
+            self.reservations.pop(where, None)
+        for key in txn.partitions:
+            part = self.partitions[key]
+            for pid in pids:
+                part.open_first.pop(pid, None)
+        if commit:
+            for entry in txn.offsets:
+                group = self.group_offsets.setdefault(entry["group"], {})
+                for topic, p, offset in entry["offsets"]:
+                    group[partition_key(topic, p)] = offset
+            if plan is not None and plan.batch_id is not None:
+                txn.last_committed_batch = plan.batch_id
+        for pid in txn.member_pids():
+            self.producers.pop(pid, None)
+        txn.members.clear()
+        txn.partitions.clear()
+        txn.reservations.clear()
+        txn.offsets.clear()
+        txn.last = {"pid": txn.pid, "epoch": txn.epoch,
+                    "outcome": "commit" if commit else "abort",
+                    "reason": plan.reason if plan is not None else "client"}
+        if plan is not None and plan.next_pid is not None and plan.next_pid != txn.pid:
+            self.producers.pop(txn.pid, None)
+            txn.pid = plan.next_pid
+            self.producers[txn.pid] = ProducerState(txn.pid, 0, txn.tid)
+        if plan is not None and plan.next_epoch is not None:
+            txn.epoch = plan.next_epoch
+        self.producers[txn.pid].epoch = txn.epoch
+        txn.plan = None
+
+    def _add_unreplicated(self, txn: Txn, plan: CompletionPlan | None, commit: bool) -> None:
+        """Remember, per partition where a completed transaction has records, its first
+        offset, the end of its records and the end of its markers, for as long as it holds
+        LSOs back (see partition_state.visible_offsets)."""
+        ranges: dict[str, UnreplicatedRange] = {}
+        for where in txn.reservations:
+            t, p, b = where
+            res = self.reservations.get(where)
+            end = b + (res.count if res is not None else 1)
+            key = partition_key(t, p)
+            first, data_end, _ = ranges.get(key, (b, end, end))
+            ranges[key] = UnreplicatedRange(min(first, b), max(data_end, end),
+                                            max(data_end, end))
+        for row in plan.markers if plan is not None else []:
+            key = partition_key(row.topic, row.partition)
+            rng = ranges.get(key)
+            if rng is not None:  # markers where it wrote nothing hide nothing
+                ranges[key] = rng._replace(
+                    marker_end=max(rng.marker_end, row.base + len(row.markers)))
+        if ranges:
+            self.unreplicated.append(UnreplicatedTxn(commit, ranges))
+
+    def release_unreplicated(self, still: list[UnreplicatedTxn]) -> None:
+        """Forget the completed transactions that no longer hold anything back (``still``
+        is what ``visible_offsets`` found still holding). Changes no view: a released
+        transaction can never hold again. The stable publisher calls this as it publishes."""
+        self.unreplicated = still
+
+    # ================================================================ snapshots
+    def to_snapshot(self) -> dict[str, Any]:
+        """The full state as JSON-able data (what ``from_snapshot`` restores).
+
+        Typed rows (NamedTuples) serialise as the JSON lists they replaced, so the bytes
+        are those of snapshots written before they were typed.
+        """
+        return {
+            "version": SNAPSHOT_VERSION,
+            "coordinator_epoch": self.coordinator_epoch,
+            "takeover_offsets": self.takeover_offsets,
+            "next_pid": self.next_pid, "pid_limit": self.pid_limit,
+            "topics": self.topics,
+            "partitions": {k: [v.leo, sorted(v.unresolved.items()), sorted(v.open_first.items())]
+                           for k, v in self.partitions.items()},
+            "producers": [[p.pid, p.epoch, p.tid, p.member, p.seqs]
+                          for p in self.producers.values()],
+            "reservations": [[r.topic, r.partition, r.base, r.count, r.pid, r.tid, r.confirmed]
+                             for r in self.reservations.values()],
+            "txns": [{"tid": t.tid, "pid": t.pid, "epoch": t.epoch, "timeout_ms": t.timeout_ms,
+                      "state": int(t.state), "start_ms": t.start_ms,
+                      "last_update_ms": t.last_update_ms, "members": t.members,
+                      "partitions": t.partitions, "reservations": t.reservations,
+                      "offsets": t.offsets,
+                      "plan": t.plan.to_json() if t.plan is not None else None,
+                      "batch_id": t.batch_id,
+                      "last_committed_batch": t.last_committed_batch, "last": t.last}
+                     for t in self.txns.values()],
+            "group_offsets": self.group_offsets,
+            "held": [e.to_json() for e in self.unreplicated],
+        }
+
+    @classmethod
+    def from_snapshot(cls, s: dict[str, Any]) -> CoordinatorState:
+        """The state a snapshot (``to_snapshot``, as JSON) describes."""
+        if s.get("version") != SNAPSHOT_VERSION:
+            raise KafkaStorageError(f"unknown coordinator snapshot version {s.get('version')}")
+        st = cls(coordinator_epoch=s["coordinator_epoch"],
+                 takeover_offsets=list(s["takeover_offsets"]),
+                 next_pid=s["next_pid"], pid_limit=s["pid_limit"], topics=s["topics"],
+                 group_offsets=s["group_offsets"])
+        st.partitions = {k: PartitionState(v[0], {int(a): b for a, b in v[1]},
+                                           {int(a): b for a, b in v[2]})
+                         for k, v in s["partitions"].items()}
+        st.producers = {p[0]: ProducerState(p[0], p[1], p[2], p[3],
+                                            {k: [SeqEntry(*h) for h in hist]
+                                             for k, hist in p[4].items()})
+                        for p in s["producers"]}
+        st.reservations = {PartitionOffset(r[0], r[1], r[2]):
+                           Reservation(r[0], r[1], r[2], r[3], r[4], r[5], r[6])
+                           for r in s["reservations"]}
+        for t in s["txns"]:
+            txn = Txn(t["tid"], t["pid"], t["epoch"], t["timeout_ms"], TxnState(t["state"]),
+                      t["start_ms"], t["last_update_ms"], dict(t["members"]),
+                      dict(t["partitions"]), [PartitionOffset(*r) for r in t["reservations"]],
+                      list(t["offsets"]),
+                      CompletionPlan.from_json(t["plan"]) if t["plan"] is not None else None,
+                      t["batch_id"], t["last_committed_batch"], t["last"])
+            st.txns[txn.tid] = txn
+        st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
+        return st
+
+    def restore(self, s: dict[str, Any]) -> None:
+        """Replace this state by a snapshot's, in place (the coordinator keeps one object)."""
+        other = CoordinatorState.from_snapshot(s)
+        self.__dict__.update(other.__dict__)
+
+    def load(self, snapshot: dict[str, Any] | None, records: list[LogRecord]) -> None:
+        """Recovery: the snapshot, then the records after it."""
+        if snapshot is not None:
+            self.restore(snapshot)
+        self.apply_all(records)
