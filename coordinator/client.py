@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlparse
 
+from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.retry import RetriesExhausted, RetryPolicy, retry_call
 
 from .errors import (
@@ -38,9 +39,6 @@ from .errors import (
     error_from_json,
 )
 
-TopicPartitionPair = tuple[str, int]
-"""(topic, partition) as a plain tuple: the key of the client's dicts, as the JSON API names a
-partition. (``log_format.consumer.TopicPartition`` is the consumer API's class.)"""
 RETRIABLE = (CoordinatorLoadInProgressError, ConcurrentTransactionsError, KafkaStorageError)
 CONNECT_TIMEOUT = 5.0
 _HEADERS = {"Content-Type": "application/json"}
@@ -203,13 +201,14 @@ class CoordinatorClient:
         return r["producer_id"], r["epoch"]
 
     def reserve(self, producer_id: int, epoch: int,
-                partitions: Mapping[TopicPartitionPair, tuple[int, int]]
-                ) -> dict[TopicPartitionPair, int]:
+                partitions: Mapping[TopicPartition, tuple[int, int]]
+                ) -> dict[TopicPartition, int]:
         """{(topic, p): (base_sequence, count)} -> {(topic, p): base_offset}."""
         r = self.call("reserve", {"producer_id": producer_id, "epoch": epoch, "partitions": [
             {"topic": t, "partition": p, "base_sequence": s, "count": c}
             for (t, p), (s, c) in partitions.items()]})
-        return {(x["topic"], x["partition"]): x["base_offset"] for x in r["partitions"]}
+        return {TopicPartition(x["topic"], x["partition"]): x["base_offset"]
+                for x in r["partitions"]}
 
     def confirm(self, producer_id: int, epoch: int,
                 written: Iterable[tuple[str, int, int]], wait_stable: bool = False) -> None:
@@ -225,7 +224,7 @@ class CoordinatorClient:
                                        "producer_id": producer_id, "epoch": epoch})["state"]
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
-                    offsets: Mapping[TopicPartitionPair, int], metadata: str = "") -> None:
+                    offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
         """Consumer-group offsets committed (or aborted) with the open transaction."""
         self.call("add_offsets", {
             "transactional_id": transactional_id, "producer_id": producer_id, "epoch": epoch,
@@ -233,13 +232,13 @@ class CoordinatorClient:
             "offsets": [{"topic": t, "partition": p, "offset": o, "metadata": metadata}
                         for (t, p), o in offsets.items()]})
 
-    def committed_offsets(self, group_id: str) -> dict[TopicPartitionPair, int]:
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """The group's committed offsets: {(topic, partition): next offset to read}."""
         r = self.call("committed_offsets", {"group_id": group_id})["offsets"]
-        out = {}
+        out: dict[TopicPartition, int] = {}
         for key, offset in r.items():
             topic, _, p = key.rpartition("-")
-            out[(topic, int(p))] = offset
+            out[TopicPartition(topic, int(p))] = offset
         return out
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
