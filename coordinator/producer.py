@@ -1,11 +1,13 @@
 """Kafka's producer API in Python: ``TransactionalProducer`` and ``IdempotentProducer``.
 
 Data never passes through the coordinator. ``flush`` encodes each partition's buffered
-records into v2 batches (``arrow_codec.encode_arrow``), reserves offsets for all partitions
-in one call (sequence-checked, so a retry gets the same offsets), writes
-``<topic>-<p>/<base>.log`` put-if-absent in parallel, then confirms. A put-if-absent that
+records into v2 batches (``arrow_codec.encode_arrow``) and hands them to the write path every
+producer shares (``segment_writer``, also the Spark tasks'): reserve offsets for all
+partitions in one call (sequence-checked, so a retry gets the same offsets), write
+``<topic>-<p>/<base>.log`` put-if-absent in parallel, then confirm. A put-if-absent that
 finds other bytes means the range was fenced (our transaction was aborted): the producer
-is fenced from then on, like Kafka's after ProducerFencedException.
+is fenced from then on, like Kafka's after ProducerFencedException. Partition choice is
+the shared one too (``segment_writer.Partitioner``: murmur2 for keys, sticky for null keys).
 
 Usage mirrors Kafka's::
 
@@ -20,7 +22,6 @@ Usage mirrors Kafka's::
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,18 +30,14 @@ from enum import Enum
 from typing import Any
 
 import pyarrow as pa
-from txnlog.log_format import layout, topics
-from txnlog.log_format.arrow_codec import encode_arrow
-from txnlog.log_format.partitioner import partition_for_key
+from txnlog.log_format import layout
+from txnlog.log_format.arrow_codec import EncodedRecords, encode_arrow
+from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.storage import Storage
 
 from .client import CoordinatorClient
-from .errors import (
-    CoordinatorError,
-    InvalidTxnStateError,
-    ProducerFencedError,
-    UnknownTopicOrPartitionError,
-)
+from .errors import CoordinatorError, InvalidTxnStateError, ProducerFencedError
+from .segment_writer import PartitionCounts, Partitioner, SegmentWriter, Written
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="txnlog-producer")
@@ -74,7 +71,8 @@ def _bytes(v: Any, what: str) -> bytes | None:
 
 
 class _Producer:
-    """What both producers share: buffering, partitioning, reserve/write/confirm."""
+    """What both producers share: buffering and state; partitioning and the writes are
+    ``segment_writer``'s (the Spark tasks' too)."""
 
     def __init__(self, root: str, transactional_id: str | None, coordinator: str | None,
                  storage_options: Mapping[str, Any] | None, compression: str,
@@ -86,24 +84,42 @@ class _Producer:
         if coordinator is None:
             from .embedded import coordinator_for_root
             coordinator = coordinator_for_root(root, self.storage_options)
-        self.client = CoordinatorClient(coordinator)
+        self._writer = SegmentWriter(CoordinatorClient(coordinator), self.storage, -1, -1, _io)
+        self._partitions = PartitionCounts(self.storage)
+        self._partitioner = Partitioner(self._partitions)
         self.compression = compression
         self.batch_size = batch_size
         self.buffer_records = buffer_records
         self.transaction_timeout_ms = transaction_timeout_ms
-        self.producer_id = -1
-        self.epoch = -1
         self._state = _State.UNINITIALIZED
         self._lock = threading.RLock()
-        self._buffers: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
-        self._futures: dict[tuple[str, int], list[Future[RecordMetadata]]] = {}
+        self._buffers: dict[TopicPartition, list[tuple[Any, ...]]] = {}
+        self._futures: dict[TopicPartition, list[Future[RecordMetadata]]] = {}
         self._buffered = 0
-        self._seq: dict[tuple[str, int], int] = {}
-        self._partitions: dict[str, int] = {}
-        self._sticky: dict[str, int] = {}
         # Written but not yet confirmed: EndTxn confirms them (kept until it succeeds, so a
         # retried commit still names them and needs no storage check).
-        self._unconfirmed: list[tuple[str, int, int]] = []
+        self._unconfirmed: list[Written] = []
+
+    # The client, producer id and epoch are the write path's: one place holds them (a test
+    # may swap the client to point the producer at another coordinator).
+    @property
+    def client(self) -> CoordinatorClient:
+        """The coordinator client every call of this producer goes through."""
+        return self._writer.client
+
+    @client.setter
+    def client(self, client: CoordinatorClient) -> None:
+        self._writer.client = client
+
+    @property
+    def producer_id(self) -> int:
+        """The producer id (-1 before init_transactions)."""
+        return self._writer.producer_id
+
+    @property
+    def epoch(self) -> int:
+        """The producer epoch, bumped by every EndTxn (-1 before init_transactions)."""
+        return self._writer.epoch
 
     # ------------------------------------------------------------------ helpers
     def _check(self, *allowed: _State) -> None:
@@ -130,28 +146,8 @@ class _Producer:
         self._buffered = 0
 
     def partitions_for(self, topic: str) -> int:
-        n = self._partitions.get(topic)
-        if n is None:
-            try:
-                n = topics.read_topic(self.storage, topic).partitions
-            except topics.UnknownTopicError as exc:
-                raise UnknownTopicOrPartitionError(str(exc)) from None
-            self._partitions[topic] = n
-        return n
-
-    def _choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        n = self.partitions_for(topic)
-        if partition is not None:
-            if not 0 <= partition < n:
-                raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} has {n} partitions; no partition {partition}")
-            return partition
-        if key is not None:
-            return partition_for_key(key, n)
-        # Kafka's sticky partitioner: one partition per batch for null keys.
-        if topic not in self._sticky:
-            self._sticky[topic] = random.randrange(n)
-        return self._sticky[topic]
+        """How many partitions ``topic`` has (UnknownTopicOrPartitionError if none)."""
+        return self._partitions(topic)
 
     # --------------------------------------------------------------------- send
     def _send(self, topic: str, value: Any, key: Any, headers: Iterable[tuple[str, Any]] | None,
@@ -160,7 +156,7 @@ class _Producer:
         k, v = _bytes(key, "key"), _bytes(value, "value")
         hs = [(str(hk), _bytes(hv, "header value")) for hk, hv in (headers or [])]
         with self._lock:
-            p = self._choose_partition(topic, k, partition)
+            p = self._partitioner.choose(topic, k, partition)
             fut: Future[RecordMetadata] = Future()
             self._buffers.setdefault((topic, p), []).append((k, v, hs, timestamp))
             self._futures.setdefault((topic, p), []).append(fut)
@@ -169,7 +165,7 @@ class _Producer:
                 self._flush()
         return fut
 
-    def _encode(self, rows: list[tuple[Any, ...]], seq: int) -> Any:
+    def _encode(self, rows: list[tuple[Any, ...]], seq: int) -> EncodedRecords:
         cols: dict[str, pa.Array] = {
             "value": pa.array([r[1] for r in rows], pa.binary()),
             "key": pa.array([r[0] for r in rows], pa.binary()),
@@ -191,44 +187,26 @@ class _Producer:
         """
         if not self._buffers:
             return
-        buffers, futures = self._buffers, self._futures
-        encoded = {tp: self._encode(rows, self._seq.get(tp, 0)) for tp, rows in buffers.items()}
+        futures, w = self._futures, self._writer
+        encoded = {tp: self._encode(rows, w.next_sequence(tp))
+                   for tp, rows in self._buffers.items()}
         try:
-            bases = self.client.reserve(
-                self.producer_id, self.epoch,
-                {tp: (self._seq.get(tp, 0), enc.record_count) for tp, enc in encoded.items()})
+            written = w.write(w.reserve(encoded))
         except ProducerFencedError as exc:
             self._fenced(exc)
             raise
-        # Offsets are ours from here: sequence numbers move on even if a write fails, so a
-        # retry of the same data must go through a new reserve (the old range gets fenced).
-        for tp, enc in encoded.items():
-            self._seq[tp] = self._seq.get(tp, 0) + enc.record_count
-
-        def write(tp: tuple[str, int]) -> bool:
-            data = encoded[tp].with_base_offset(bases[tp])
-            return self.storage.put_if_absent(layout.segment_path(tp[0], tp[1], bases[tp]), data)
-
-        results = dict(zip(encoded, _io.map(write, list(encoded)), strict=True))
-        lost = [tp for tp, ok in results.items() if not ok]
-        if lost:
-            exc = ProducerFencedError(
-                f"offsets reserved for producer {self.producer_id} in {lost} were fenced "
-                "(the transaction was aborted, e.g. after a timeout or a newer instance)")
-            self._fenced(exc)
-            raise exc
-        written = [(t, p, bases[(t, p)]) for t, p in encoded]
         if confirm:
-            self.client.confirm(self.producer_id, self.epoch, written, wait_stable=wait_stable)
+            w.confirm(written, wait_stable=wait_stable)
         else:
             self._unconfirmed += written
         self._buffers, self._futures, self._buffered = {}, {}, 0
-        for tp, futs in futures.items():
-            for i, f in enumerate(futs):
-                f.set_result(RecordMetadata(tp[0], tp[1], bases[tp] + i))
-        self._sticky.clear()
+        for t, p, base in written:
+            for i, f in enumerate(futures[(t, p)]):
+                f.set_result(RecordMetadata(t, p, base + i))
+        self._partitioner.new_batch()
 
     def close(self) -> None:
+        """No further calls; buffered records that were not flushed are not written."""
         self._state = _State.CLOSED
 
     def __enter__(self) -> Any:
@@ -253,13 +231,13 @@ class TransactionalProducer(_Producer):
     def init_transactions(self) -> None:
         """Get (producer id, epoch); fences older instances and finishes what they left."""
         self._check(_State.UNINITIALIZED, _State.READY)
-        self.producer_id, self.epoch = self.client.init_producer_id(
-            self.transactional_id, self.transaction_timeout_ms)
-        self._seq.clear()
+        self._writer.start_epoch(*self.client.init_producer_id(
+            self.transactional_id, self.transaction_timeout_ms))
         self._unconfirmed = []
         self._state = _State.READY
 
     def begin_transaction(self) -> None:
+        """Open a transaction (local only: the coordinator learns of it at the first write)."""
         with self._lock:
             self._check(_State.READY)
             self._state = _State.IN_TRANSACTION
@@ -272,11 +250,13 @@ class TransactionalProducer(_Producer):
         return self._send(topic, value, key, headers, partition, timestamp)
 
     def flush(self) -> None:
+        """Write everything buffered (part of the open transaction, invisible until commit);
+        the futures of the sent records then hold their offsets."""
         with self._lock:
             self._check(_State.IN_TRANSACTION, _State.READY)
             self._flush()
 
-    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int],
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
                                     group_id: str) -> None:
         """Commit a consumer group's offsets atomically with this transaction."""
         with self._lock:
@@ -301,8 +281,8 @@ class TransactionalProducer(_Producer):
             self._fenced(exc)
             raise
         self._unconfirmed = []
-        self.producer_id, self.epoch = r["producer_id"], r["epoch"]
-        self._seq.clear()  # a new epoch starts its sequences at 0 (KIP-890)
+        # the next transaction's (pid, epoch); its sequences start at 0 (KIP-890)
+        self._writer.start_epoch(r["producer_id"], r["epoch"])
         self._state = _State.READY
 
     def commit_transaction(self) -> None:
@@ -337,12 +317,13 @@ class IdempotentProducer(_Producer):
                  batch_size: int = 1 << 20, buffer_records: int = 100_000) -> None:
         super().__init__(root, None, coordinator, storage_options, compression, batch_size,
                          buffer_records, 60_000)
-        self.producer_id, self.epoch = self.client.init_producer_id(None)
+        self._writer.start_epoch(*self.client.init_producer_id(None))
         self._state = _State.READY
 
     def send(self, topic: str, value: Any, key: Any = None,
              headers: Iterable[tuple[str, Any]] | None = None, partition: int | None = None,
              timestamp: int | None = None) -> Future[RecordMetadata]:
+        """Buffer one record; flush writes it (the returned future then holds its offset)."""
         self._check(_State.READY)
         return self._send(topic, value, key, headers, partition, timestamp)
 
@@ -353,6 +334,7 @@ class IdempotentProducer(_Producer):
             self._flush(wait_stable=True)
 
     def close(self) -> None:
+        """Flush what is buffered, then close."""
         with self._lock:
             if self._state is _State.READY and self._buffers:
                 self.flush()

@@ -10,13 +10,12 @@ encoder reads each partition's rows straight from the task's batch.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from txnlog.coordinator.segment_writer import Partitioner
 from txnlog.log_format.partitioner import partitions_for_keys
 
 from .options import InvalidOptionError
@@ -79,16 +78,12 @@ def check_write_schema(schema: pa.Schema | object, topic_option: str | None) -> 
 
 @dataclass
 class Router:
-    """Routes batches for one task; keeps the task's sticky partitions for null keys."""
+    """Routes batches for one task: the rules of every txnlog producer
+    (``coordinator.segment_writer.Partitioner``: its partition counts and the task's sticky
+    partitions for null keys, kept for the whole task), applied to a batch at once."""
 
     topic_option: str | None
-    partitions_of: Callable[[str], int]
-    sticky: dict[str, int] = field(default_factory=dict)
-
-    def _sticky(self, topic: str, n: int) -> int:
-        if topic not in self.sticky:
-            self.sticky[topic] = random.randrange(n)
-        return self.sticky[topic]
+    partitioner: Partitioner
 
     def route(self, batch: pa.RecordBatch) -> dict[tuple[str, int], pa.RecordBatch]:
         """Split ``batch`` into per-(topic, partition) batches of the record columns."""
@@ -118,7 +113,7 @@ class Router:
             encoded = pc.dictionary_encode(col)
             topics = [str(t) for t in encoded.dictionary.to_pylist()]
             topic_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        counts = np.array([self.partitions_of(t) for t in topics], dtype=np.int64)
+        counts = np.array([self.partitioner.partitions_of(t) for t in topics], dtype=np.int64)
         n_of_row = counts[topic_codes]
 
         part = np.full(n_rows, -1, dtype=np.int64)
@@ -149,7 +144,7 @@ class Router:
         if need.any():
             for code in np.unique(topic_codes[need]):
                 rows = need & (topic_codes == code)
-                part[rows] = self._sticky(topics[code], int(counts[code]))
+                part[rows] = self.partitioner.sticky(topics[code], int(counts[code]))
 
         records = batch.select(record_cols)
         return records, _groups(topics, counts, topic_codes, part, n_rows)

@@ -2,10 +2,10 @@
 
 One task attempt is one member producer of the write's transaction (DESIGN 5.2): it routes
 its rows to topic-partitions, encodes Kafka batches with its own producer id and sequence
-numbers as the rows arrive (one copy of the data), asks the coordinator for offsets (one
-Reserve for all partitions of a flush), writes each segment object put-if-absent in
-parallel, confirms, and heartbeats in the background so a slow upstream iterator never lets
-the transaction time out.
+numbers as the rows arrive (one copy of the data), and writes them through the write path
+every producer shares (``coordinator.segment_writer``: one Reserve for all partitions of a
+flush, each segment object put-if-absent in parallel, confirm), and heartbeats in the
+background so a slow upstream iterator never lets the transaction time out.
 """
 
 from __future__ import annotations
@@ -22,12 +22,16 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.errors import ProducerFencedError
-from txnlog.log_format import layout
-from txnlog.log_format.arrow_codec import EncodedRecords
+from txnlog.coordinator.segment_writer import (
+    PartitionCounts,
+    Partitioner,
+    Reservation,
+    SegmentWriter,
+)
 from txnlog.log_format.arrow_encode import StreamEncoder, prepare_columns
 from txnlog.log_format.compression import Codec
+from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.storage import Storage, aligned_empty
-from txnlog.log_format.topics import UnknownTopicError, read_topic
 
 from .options import WriteOptions
 from .routing import Router
@@ -164,10 +168,11 @@ class TaskWriter:
         self.storage = Storage.for_url(opts.root, opts.storage_options)
         self.member_id = member_id
         self.member_epoch = member_epoch
-        self.router = Router(opts.topic, self._partitions_of)
-        self._partitions: dict[str, int] = {}
-        self._seq: dict[tuple[str, int], int] = {}
-        self._encoders: dict[tuple[str, int], StreamEncoder] = {}
+        self.segments = SegmentWriter(client, self.storage, member_id, member_epoch, _io,
+                                      name="member producer")
+        self.router = Router(opts.topic, Partitioner(PartitionCounts(self.storage,
+                                                                     self._create_topic)))
+        self._encoders: dict[TopicPartition, StreamEncoder] = {}
         self._buffered = 0
         self.records = 0
         self.written: list[tuple[str, int, int, int]] = []
@@ -175,26 +180,19 @@ class TaskWriter:
         self._pending: Future[None] | None = None
         self._in_flight: list[np.ndarray] = []
 
-    def _partitions_of(self, topic: str) -> int:
-        n = self._partitions.get(topic)
-        if n is None:
-            try:
-                n = read_topic(self.storage, topic).partitions
-            except UnknownTopicError:
-                # A topic named by a row: created like Kafka's auto-creation, via the
-                # coordinator so the creation is in its log.
-                meta = self.client.create_topic(topic, self.opts.partitions or 1, exist_ok=True)
-                n = int(meta["partitions"])
-            self._partitions[topic] = n
-        return n
+    def _create_topic(self, topic: str) -> int:
+        """A topic named by a row that does not exist: created like Kafka's auto-creation, via
+        the coordinator so the creation is in its log; returns its partition count."""
+        meta = self.client.create_topic(topic, self.opts.partitions or 1, exist_ok=True)
+        return int(meta["partitions"])
 
-    def _encoder(self, tp: tuple[str, int]) -> StreamEncoder:
+    def _encoder(self, tp: TopicPartition) -> StreamEncoder:
         enc = self._encoders.get(tp)
         if enc is None:
             buffer = _take_buffer(self.flush_bytes + self.flush_bytes // 4 + (4 << 20))
             enc = self._encoders[tp] = StreamEncoder(
                 producer_id=self.member_id, producer_epoch=self.member_epoch,
-                base_sequence=self._seq.get(tp, 0), transactional=True,
+                base_sequence=self.segments.next_sequence(tp), transactional=True,
                 compression=self.opts.compression, level=self.opts.compression_level,
                 max_batch_bytes=self.opts.batch_size, buffer=buffer)
         return enc
@@ -228,14 +226,10 @@ class TaskWriter:
             if self.opts.compression is not Codec.NONE:  # the batches were copied out
                 _give_back(buffers)
                 buffers = []
-            bases = self.client.reserve(
-                self.member_id, self.member_epoch,
-                {tp: (self._seq.get(tp, 0), enc.record_count) for tp, enc in encoded.items()})
-            for tp, enc in encoded.items():
-                self._seq[tp] = self._seq.get(tp, 0) + enc.record_count
+            reservation = self.segments.reserve(encoded)
             self._wait()
             self._in_flight = buffers
-            self._pending = _flusher.submit(self._write, encoded, bases)
+            self._pending = _flusher.submit(self._write, reservation)
         if wait:
             self._wait()
 
@@ -246,23 +240,12 @@ class TaskWriter:
             _give_back(self._in_flight)  # written: the next flush may encode into them
             self._in_flight = []
 
-    def _write(self, encoded: dict[tuple[str, int], EncodedRecords],
-               bases: dict[tuple[str, int], int]) -> None:
-        def put(tp: tuple[str, int]) -> bool:
-            path = layout.segment_path(tp[0], tp[1], bases[tp])
-            return self.storage.put_if_absent(path, encoded[tp].stamp_base_offset(bases[tp]))
-
-        order = list(encoded)
-        lost = [tp for tp, ok in zip(order, _io.map(put, order), strict=True) if not ok]
-        if lost:
-            raise ProducerFencedError(
-                f"txnlog member producer {self.member_id}: the offsets reserved in "
-                f"{', '.join(f'{t}-{p}' for t, p in lost)} were fenced before this task wrote "
-                "them (its transaction was aborted: timed out, or a newer attempt replaced it)")
-        self.client.confirm(self.member_id, self.member_epoch,
-                            [(t, p, bases[(t, p)]) for t, p in order])
-        for tp, enc in encoded.items():
-            self.written.append((tp[0], tp[1], bases[tp], enc.record_count))
+    def _write(self, reservation: Reservation) -> None:
+        """Put and confirm one flush (on the flush thread); then it counts as written."""
+        written = self.segments.write(reservation)
+        self.segments.confirm(written)
+        for (t, p, base), enc in zip(written, reservation.encoded.values(), strict=True):
+            self.written.append((t, p, base, enc.record_count))
             self.records += enc.record_count
 
 
