@@ -11,12 +11,12 @@ reports (the successful attempt of each partition) and aborts every other attemp
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from txnlog.log_format.retry import RetriesExhausted, RetryPolicy, retry_call
 
 from .options import InvalidOptionError, WriteOptions
 from .routing import check_write_schema
@@ -29,6 +29,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # How long commit() keeps asking an unreachable or failing coordinator for the outcome.
 COMMIT_RETRY_S = 120.0
+# The project's one backoff (log_format.retry): 0.5 s doubling to 5 s until COMMIT_RETRY_S.
+# No jitter: one driver asks, so there is no herd to spread out.
+COMMIT_RETRY = RetryPolicy(max_attempts=None, base_delay_s=0.5, max_delay_s=5.0,
+                           deadline_s=COMMIT_RETRY_S, jitter=False)
+
+
+class _Decided(Exception):
+    """Carries a refusal that decides the transaction past the retry loop (it retries every
+    other CoordinatorError, and these are CoordinatorErrors too)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def coordinator_client(opts: WriteOptions) -> CoordinatorClient:
@@ -109,25 +122,27 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
             ProducerFencedError,
         )
 
-        deadline = time.monotonic() + COMMIT_RETRY_S
-        delay = 0.5
-        while True:
+        def attempt() -> dict:
             try:
                 return self._client().end_txn(self.transactional_id, self.producer_id,
                                               self.epoch, commit=True, members=members)
-            except (InvalidTxnStateError, ProducerFencedError, InvalidProducerEpochError):
-                raise
-            except CoordinatorError as exc:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"txnlog commit of {self.transactional_id!r}: no answer from the "
-                        f"coordinator for {COMMIT_RETRY_S:.0f}s ({exc}); the outcome is "
-                        "unknown until it is back: it finishes the transaction when it "
-                        "restarts (read with read_committed to see whether it committed) "
-                        "— do not simply rerun the write") from exc
-                log.warning("txnlog commit of %r: %s; retrying", self.transactional_id, exc)
-                time.sleep(delay)
-                delay = min(2 * delay, 5.0)
+            except (InvalidTxnStateError, ProducerFencedError, InvalidProducerEpochError) as exc:
+                raise _Decided(exc) from exc
+
+        def retrying(n: int, exc: BaseException, wait: float) -> None:
+            log.warning("txnlog commit of %r: %s; retrying", self.transactional_id, exc)
+
+        try:
+            return retry_call(attempt, COMMIT_RETRY, CoordinatorError, retrying)
+        except _Decided as decided:
+            raise decided.error from None
+        except RetriesExhausted as gave_up:
+            raise RuntimeError(
+                f"txnlog commit of {self.transactional_id!r}: no answer from the "
+                f"coordinator for {COMMIT_RETRY_S:.0f}s ({gave_up.last}); the outcome is "
+                "unknown until it is back: it finishes the transaction when it "
+                "restarts (read with read_committed to see whether it committed) "
+                "— do not simply rerun the write") from gave_up.last
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Abort whatever is not decided; after a commit that did land, this is a no-op."""
