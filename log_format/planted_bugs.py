@@ -11,9 +11,10 @@ Names and where they act:
 
 - ``plain_put``: ``Storage.put_if_absent`` overwrites instead of failing
   (log_format/storage/local.py and s3.py)
-- ``no_epoch_check``: the coordinator accepts an older producer epoch (coordinator/engine.py)
+- ``no_epoch_check``: the coordinator accepts an older producer epoch
+  (coordinator/txn_metadata.py)
 - ``abort_after_prepare``: the coordinator answers an abort of a transaction whose commit is
-  already decided (PrepareCommit logged) with success (coordinator/engine.py)
+  already decided (PrepareCommit logged) with success (coordinator/transaction_coordinator.py)
 - ``ignore_lso``: read_committed readers read up to the HW, not the LSO (log_format/reader.py)
 """
 
