@@ -60,8 +60,3 @@ class InvalidTopicNameError(TxnlogError, ValueError):
     The coordinator answers it as Kafka's InvalidTopic error
     (``coordinator.errors.InvalidTopicError``, code 17; see ``validate_topic_name`` there).
     """
-
-
-# The old name, which clashed with the coordinator's Kafka error of that name. Kept only while
-# ``log_format/__init__``'s public exports (being restructured concurrently) still list it.
-InvalidTopicError = InvalidTopicNameError
