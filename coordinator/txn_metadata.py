@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from txnlog.log_format.unsafe import enabled as unsafe
+from txnlog.log_format.planted_bugs import enabled as unsafe
 
 from .completion_plan import CompletionPlan
 from .errors import InvalidProducerEpochError, InvalidTxnStateError, ProducerFencedError
