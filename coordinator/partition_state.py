@@ -45,6 +45,16 @@ class PartitionOffset(NamedTuple):
     base: int
 
 
+class ReservedBatch(NamedTuple):
+    """One partition of a ``reserve`` record: ``[topic, partition, base_seq, count, base]``."""
+
+    topic: str
+    partition: int
+    base_seq: int
+    count: int
+    base_offset: int
+
+
 class SeqEntry(NamedTuple):
     """Kafka's BatchMetadata: one reserved batch of a producer in a partition.
 

@@ -162,7 +162,7 @@ class CoordinatorState:
         pid, epoch, tid = d["pid"], d["epoch"], d.get("tid")
         ps = self.producers[pid]
         txn = self.txns.get(tid) if tid is not None else None
-        for topic, p, seq, count, base in d["parts"]:
+        for topic, p, seq, count, base in d["parts"]:  # ReservedBatch rows
             key = partition_key(topic, p)
             part = self.partitions.setdefault(key, PartitionState())
             part.reserve(base, base + count)

@@ -56,6 +56,7 @@ from .partition_state import (
     PartitionOffset,
     ProducerState,
     Reservation,
+    ReservedBatch,
     check_sequence,
     partition_key,
 )
@@ -108,6 +109,7 @@ class TransactionCoordinator:
 
     @property
     def metrics(self) -> Any:
+        """The metrics the observer reports into (None: not bound)."""
         return self.observer.metrics
 
     @metrics.setter
@@ -117,6 +119,7 @@ class TransactionCoordinator:
 
     @property
     def coordinator_epoch(self) -> int:
+        """This coordinator's epoch (its takeover record's), in every marker it writes."""
         return self.state.coordinator_epoch
 
     @property
@@ -126,6 +129,7 @@ class TransactionCoordinator:
 
     @property
     def txns(self) -> dict[str, Txn]:
+        """Every transactional id's metadata (read it; only records change it)."""
         return self.state.txns
 
     @property
@@ -351,7 +355,8 @@ class TransactionCoordinator:
         records: list[LogRecord] = []
         if txn is not None and not ps.member and txn.state is not TxnState.ONGOING:
             records.append(txn.transition_record(TxnState.ONGOING))
-        assigned = [[topic, p, seq, count, self.state.partition(partition_key(topic, p)).leo]
+        assigned = [ReservedBatch(topic, p, seq, count,
+                                  self.state.partition(partition_key(topic, p)).leo)
                     for topic, p, seq, count in new]
         records.append(LogRecord("reserve", {"id": str(pid), "pid": pid, "epoch": epoch,
                                              "tid": ps.tid, "parts": assigned}))
@@ -359,7 +364,7 @@ class TransactionCoordinator:
         it = iter(assigned)
         for item in out:
             if item["base_offset"] is None:
-                item["base_offset"] = next(it)[4]
+                item["base_offset"] = next(it).base_offset
         self.observer.reserved()
         await fut
         faults.point("after_reserve")
