@@ -126,10 +126,11 @@ class SegmentWriter:
     """One producer's (or member producer's) writes: sequences, reserve, put, confirm.
 
     Holds the producer id, epoch and next sequence number per partition; ``start_epoch``
-    starts a new epoch (sequences from 0, as in KIP-890). Not thread-safe: a producer calls
-    it under its own lock, a Spark task from one thread at a time (``reserve`` on the task's
-    thread, ``write``/``confirm`` of that reservation on its flush thread afterwards).
-    ``io`` runs the puts of one flush in parallel. ``name`` says whose writes these are in
+    starts a new epoch (sequences from 0, as in KIP-890). ``reserve`` and ``start_epoch`` are
+    not thread-safe (a producer calls them under its own lock, a Spark task from its own
+    thread); ``write`` and ``confirm`` read no sequence state, so a Spark task's flush thread
+    writes one reservation while the task reserves the next. ``io`` runs the puts of one
+    flush in parallel. ``name`` says whose writes these are in
     errors (e.g. "producer", "txnlog member producer").
     """
 
