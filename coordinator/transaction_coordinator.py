@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from txnlog.log_format import layout, stable, topics
+from txnlog.log_format.planted_bugs import enabled as unsafe
 from txnlog.log_format.storage import Storage
-from txnlog.log_format.unsafe import enabled as unsafe
 
 from . import faults
 from .completion import Completer
