@@ -29,7 +29,7 @@ benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte.
   log_format)
 
 **Neither**: ``retry`` (the project's one retry/backoff policy) and ``planted_bugs`` (the
-chaos harness's switches that plant a bug on purpose; ``unsafe`` is its old name).
+chaos harness's switches that plant a bug on purpose).
 
 The names users meet are importable from here (``from txnlog.log_format import Consumer``).
 They load on first use, so ``import txnlog.log_format`` costs nothing: no pyarrow, no numba
