@@ -69,7 +69,7 @@ def main(folder: str | None = None) -> None:
               f"read_committed still: {read().count()} rows")
 
     # 4. A producer transaction whose records reach storage, then abort_transaction().
-    from txnlog.coordinator.producer import TransactionalProducer
+    from txnlog import TransactionalProducer
 
     with TransactionalProducer(url, "quickstart-producer") as producer:
         producer.init_transactions()
