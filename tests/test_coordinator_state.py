@@ -258,3 +258,31 @@ def test_unknown_snapshot_version_is_refused() -> None:
     from txnlog.coordinator.errors import KafkaStorageError
     with pytest.raises(KafkaStorageError):
         CoordinatorState.from_snapshot({"version": 2})
+
+
+def test_the_pure_modules_import_no_asyncio_and_no_storage() -> None:
+    """What makes replay equal live is that state changes run synchronously and touch no
+    storage; keep it so (names under TYPE_CHECKING are for annotations only)."""
+    import ast
+    from pathlib import Path
+
+    coordinator = Path(__file__).resolve().parent.parent / "coordinator"
+    banned = ("asyncio", "txnlog.log_format.storage", "concurrent")
+    for name in ("state", "txn_metadata", "partition_state", "completion_plan", "states",
+                 "txn_log_records"):
+        tree = ast.parse((coordinator / f"{name}.py").read_text())
+        guarded = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [("." * node.level) + (node.module or "")]
+            else:
+                continue
+            for mod in mods:
+                assert not mod.startswith(banned), f"coordinator/{name}.py imports {mod}"
+                assert mod not in (".txn_log", ".runtime", ".completion"), \
+                    f"coordinator/{name}.py imports {mod}"
