@@ -146,8 +146,10 @@ Handler = Callable[[TransactionCoordinator, dict[str, Any]], Awaitable[Any]]
 
 
 async def _init(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    # one_shot is checked as a bool by the coordinator (absent: reusable, as older clients)
     return await e.init_producer_id(b.get("transactional_id"),
-                                    int(b.get("transaction_timeout_ms", 60_000)))
+                                    int(b.get("transaction_timeout_ms", 60_000)),
+                                    b.get("one_shot", False))
 
 
 async def _add_member(e: TransactionCoordinator, b: dict[str, Any]) -> Any:

@@ -186,10 +186,18 @@ class CoordinatorClient:
 
     # ----------------------------------------------------------------- producers
     def init_producer_id(self, transactional_id: str | None = None,
-                         transaction_timeout_ms: int = 60_000) -> tuple[int, int]:
-        """(producer_id, epoch); bumps the epoch and fences older instances of the id."""
-        r = self.call("init_producer_id", {"transactional_id": transactional_id,
-                                           "transaction_timeout_ms": transaction_timeout_ms})
+                         transaction_timeout_ms: int = 60_000, one_shot: bool = False
+                         ) -> tuple[int, int]:
+        """(producer_id, epoch); bumps the epoch and fences older instances of the id.
+
+        ``one_shot``: the id is new and will carry one transaction only (a batch write's
+        own): the coordinator drops it a retention period after that transaction ends.
+        """
+        body: dict[str, Any] = {"transactional_id": transactional_id,
+                                "transaction_timeout_ms": transaction_timeout_ms}
+        if one_shot:  # absent = reusable, so an older coordinator reads the request as before
+            body["one_shot"] = True
+        r = self.call("init_producer_id", body)
         return r["producer_id"], r["epoch"]
 
     def add_member(self, transactional_id: str, producer_id: int, epoch: int,

@@ -93,6 +93,12 @@ class Completer:
         """The completion of ``tid`` under way or last run (None: none since start)."""
         return self._in_flight.get(tid)
 
+    def forget(self, tid: str) -> None:
+        """``tid`` is being dropped (expired): its last completion is no longer asked for."""
+        fut = self._in_flight.get(tid)
+        if fut is not None and fut.done():
+            del self._in_flight[tid]
+
     def busy(self, tid: str) -> bool:
         """A completion of ``tid`` is under way."""
         fut = self._in_flight.get(tid)

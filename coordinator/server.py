@@ -30,7 +30,7 @@ from .api import CoordinatorApi, ServingState
 from .errors import CoordinatorError, NotCoordinatorError
 from .http_server import HttpServer
 from .metrics import Metrics
-from .transaction_coordinator import TransactionCoordinator
+from .transaction_coordinator import ONE_SHOT_ID_RETENTION_MS, TransactionCoordinator
 from .txn_log import Recovered, TxnLog, recover
 
 log = logging.getLogger("txnlog.coordinator.server")
@@ -49,6 +49,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out)
 
 
+def _non_negative_int(text: str) -> int:
+    """argparse type: an int >= 0 (a clear usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", required=True, help="storage root URL (file:///..., s3://...)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
@@ -60,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "transaction.max.timeout.ms)")
     parser.add_argument("--transactional-id-expiration-ms", type=int,
                         default=7 * 24 * 3600 * 1000)
+    parser.add_argument("--one-shot-id-retention-ms", type=_non_negative_int,
+                        default=ONE_SHOT_ID_RETENTION_MS,
+                        help="how long a one-shot transactional id (a Spark batch write's "
+                             "own) is kept after its transaction is decided, so a retried "
+                             "commit/abort gets the same answer; then it is dropped "
+                             "(default 600000: longer than the writer's retry window)")
     parser.add_argument("--reservation-timeout-ms", type=int, default=60_000,
                         help="an idempotent producer's reservation not confirmed after this "
                              "long is fenced with a 0-byte object")
@@ -119,7 +136,8 @@ class CoordinatorServer:
         self.coordinator = TransactionCoordinator(
             self.storage, max_transaction_timeout_ms=args.max_transaction_timeout_ms,
             transactional_id_expiration_ms=args.transactional_id_expiration_ms,
-            reservation_timeout_ms=args.reservation_timeout_ms, stable_keep=args.stable_keep)
+            reservation_timeout_ms=args.reservation_timeout_ms, stable_keep=args.stable_keep,
+            one_shot_id_retention_ms=args.one_shot_id_retention_ms)
         self.metrics = Metrics(self.coordinator)
         self.coordinator.metrics = self.metrics
         self.state = ServingState()

@@ -207,7 +207,9 @@ class CoordinatorState:
         state = TxnState(d["state"])
         txn = self.txns.get(tid)
         if txn is None:
-            txn = self.txns[tid] = Txn(tid, d["pid"], d["epoch"], d["timeout_ms"])
+            txn = self.txns[tid] = Txn(tid, d["pid"], d["epoch"], d["timeout_ms"],
+                                       one_shot=bool(ext.get("one_shot")))
+        txn.released = bool(ext.get("released"))
         if txn.pid != d["pid"]:
             self.producers.pop(txn.pid, None)
         txn.pid, txn.epoch, txn.timeout_ms = d["pid"], d["epoch"], d["timeout_ms"]
@@ -333,7 +335,10 @@ class CoordinatorState:
                       "offsets": t.offsets,
                       "plan": t.plan.to_json() if t.plan is not None else None,
                       "batch_id": t.batch_id,
-                      "last_committed_batch": t.last_committed_batch, "last": t.last}
+                      "last_committed_batch": t.last_committed_batch, "last": t.last,
+                      # only when set, so snapshots of reusable ids keep their old bytes
+                      **({"one_shot": True} if t.one_shot else {}),
+                      **({"released": True} if t.released else {})}
                      for t in self.txns.values()],
             "group_offsets": self.group_offsets,
             "held": [e.to_json() for e in self.unreplicated],
@@ -364,7 +369,8 @@ class CoordinatorState:
                       dict(t["partitions"]), [PartitionOffset(*r) for r in t["reservations"]],
                       list(t["offsets"]),
                       CompletionPlan.from_json(t["plan"]) if t["plan"] is not None else None,
-                      t["batch_id"], t["last_committed_batch"], t["last"])
+                      t["batch_id"], t["last_committed_batch"], t["last"],
+                      one_shot=bool(t.get("one_shot")), released=bool(t.get("released")))
             st.txns[txn.tid] = txn
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
         return st

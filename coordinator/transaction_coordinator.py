@@ -71,6 +71,10 @@ from .txn_metadata import Txn, now_ms
 log = logging.getLogger("txnlog.coordinator.transaction_coordinator")
 
 Reply = dict[str, Any]
+# How long a one-shot id (a batch write's own) is kept after its transaction was decided, so
+# a retried EndTxn still gets the same answer: 10 minutes, well past the Spark writer's EndTxn
+# retry window (datasource/batch_writer.COMMIT_RETRY_S, 120 s, plus the client's own retries).
+ONE_SHOT_ID_RETENTION_MS = 10 * 60 * 1000
 LogFactory = Callable[["TransactionCoordinator", Any], TxnLog]
 
 
@@ -84,10 +88,15 @@ class TransactionCoordinator:
     def __init__(self, storage: Storage, *, max_transaction_timeout_ms: int = 900_000,
                  transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000,
                  reservation_timeout_ms: int = 60_000, stable_keep: int = 10,
-                 io_threads: int = 64, observer: Observer | None = None) -> None:
+                 io_threads: int = 64, observer: Observer | None = None,
+                 one_shot_id_retention_ms: int = ONE_SHOT_ID_RETENTION_MS) -> None:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
         self.expiration_ms = transactional_id_expiration_ms
+        if one_shot_id_retention_ms < 0:
+            raise ValueError("one_shot_id_retention_ms must be >= 0, got "
+                             f"{one_shot_id_retention_ms}")
+        self.one_shot_retention_ms = one_shot_id_retention_ms
         self.reservation_timeout_ms = reservation_timeout_ms
         self.state = CoordinatorState()
         self.observer = observer if observer is not None else Observer()
@@ -200,11 +209,24 @@ class TransactionCoordinator:
             await self.commits.log.halt()
 
     # ============================================================== producer ids
-    async def init_producer_id(self, tid: str | None, timeout_ms: int = 60_000) -> Reply:
+    async def init_producer_id(self, tid: str | None, timeout_ms: int = 60_000,
+                               one_shot: bool = False) -> Reply:
         """InitProducerId: a producer id and epoch for ``tid`` (None: an idempotent
-        producer), fencing any earlier instance — its open transaction is aborted."""
+        producer), fencing any earlier instance — its open transaction is aborted.
+
+        ``one_shot``: the caller will never begin a second transaction under ``tid`` (a
+        batch write's own id), so the id is dropped ``one_shot_retention_ms`` after its
+        transaction is decided instead of living ``transactional.id.expiration.ms``. It is
+        declared when the id is created and stays with it; declaring it for an id that
+        exists as a reusable one is refused (nothing may drop an id someone reuses).
+        """
         self._check_timeout(timeout_ms)
+        if not isinstance(one_shot, bool):
+            raise InvalidRequestError(f"one_shot must be true or false, got {one_shot!r}")
         if tid is None:
+            if one_shot:
+                raise InvalidRequestError("one_shot needs a transactional_id (an idempotent "
+                                          "producer has none to drop)")
             (pid,), records = self.state.alloc_pids(1)
             records.append(LogRecord("producer", {"id": str(pid), "pid": pid, "epoch": 0}))
             await self.commits.commit(records)
@@ -216,10 +238,17 @@ class TransactionCoordinator:
             if txn is None or txn.state is TxnState.DEAD:
                 (pid,), records = self.state.alloc_pids(1)
                 fresh = Txn(tid, pid, 0, timeout_ms)
-                records.append(fresh.transition_record(TxnState.EMPTY, pid=pid, epoch=0))
+                ext: dict[str, Any] = {"one_shot": True} if one_shot else {}
+                records.append(fresh.transition_record(TxnState.EMPTY, pid=pid, epoch=0,
+                                                       **ext))
                 await self.commits.commit(records)
-                log.debug("init_producer_id %r -> pid %d epoch 0", tid, pid)
+                log.debug("init_producer_id %r -> pid %d epoch 0%s", tid, pid,
+                          " (one-shot)" if one_shot else "")
                 return {"producer_id": pid, "epoch": 0}
+            if one_shot and not txn.one_shot:
+                raise InvalidRequestError(
+                    f"transactional id {tid!r} exists as a reusable id; one_shot can only be "
+                    "declared by the call that creates an id")
             if txn.completing:
                 await self.completer.completion(txn)
                 continue
@@ -455,7 +484,13 @@ class TransactionCoordinator:
                 raise InvalidTxnStateError(
                     f"{tid!r} has no open transaction to commit (state "
                     f"{txn.state.kafka_name}): begin one and send or add members first")
-            await self.commits.sync()
+            if txn.one_shot and txn.state is TxnState.EMPTY and not txn.released:
+                # A one-shot id that never opened a transaction is done: its retention
+                # period starts now (Empty -> Empty, Kafka-valid, carrying the release).
+                await self.commits.commit([txn.transition_record(TxnState.EMPTY,
+                                                                 released=True)])
+            else:
+                await self.commits.sync()
             return {"outcome": "abort", "producer_id": txn.pid, "epoch": txn.epoch}
         mpids = txn.member_pids()
         if members is None:
@@ -580,10 +615,13 @@ class TransactionCoordinator:
                 log.warning("timer check failed: %s", exc)
 
     async def _check_timers(self) -> None:
-        """Abort transactions past their timeout, expire idle transactional ids, fence
-        idempotent reservations never confirmed."""
+        """Abort transactions past their timeout, expire idle transactional ids (one-shot
+        ids after their retention period), fence idempotent reservations never
+        confirmed."""
         now = time.monotonic()
         wall = now_ms()
+        expired: list[LogRecord] = []
+        one_shot = 0
         for txn in list(self.state.txns.values()):
             if txn.state is TxnState.ONGOING and \
                     (now - txn.last_heartbeat) * 1000 > txn.timeout_ms and \
@@ -591,16 +629,37 @@ class TransactionCoordinator:
                 log.info("%r: no heartbeat for %d ms (timeout %d): aborting with an epoch bump",
                          txn.tid, (now - txn.last_heartbeat) * 1000, txn.timeout_ms)
                 spawn(self.completer.end(txn, commit=False, committed=set(), reason="timeout"))
+            elif self._one_shot_expired(txn, wall):
+                one_shot += 1
+                expired.append(LogRecord("txn", {"tid": txn.tid, "tombstone": True}))
             elif txn.state.is_idle and wall - txn.last_update_ms > self.expiration_ms:
                 log.info("%r: idle for %d ms: transactional id expires", txn.tid,
                          wall - txn.last_update_ms)
-                await self.commits.commit([LogRecord("txn", {"tid": txn.tid,
-                                                             "tombstone": True})])
+                expired.append(LogRecord("txn", {"tid": txn.tid, "tombstone": True}))
+        if expired:
+            # One append for all of them: thousands of one-shot ids may come due together
+            # (after a restart), and each awaited on its own would wait a log write.
+            for rec in expired:
+                self.completer.forget(rec.data["tid"])
+            if one_shot:
+                log.debug("dropping %d one-shot transactional ids past their retention",
+                          one_shot)
+            await self.commits.commit(expired)
         stale = [r for r in self.state.reservations.values()
                  if r.tid is None and not r.confirmed
                  and (now - r.created) * 1000 > self.reservation_timeout_ms]
         if stale:
             await self._fence_stale(stale)
+
+    def _one_shot_expired(self, txn: Txn, wall: int) -> bool:
+        """A one-shot id whose transaction was decided more than the retention period ago
+        and that nothing is completing: no answer about it can still be needed."""
+        done = txn.one_shot_done_ms()
+        if done is None or not txn.state.is_idle or self.completer.busy(txn.tid):
+            return False
+        if unsafe("one_shot_early_drop"):  # planted bug: no retention period at all
+            return True
+        return wall - done >= self.one_shot_retention_ms
 
     async def _fence_stale(self, stale: Iterable[Reservation]) -> None:
         """Idempotent reservations never confirmed: close them so the HW can move on."""

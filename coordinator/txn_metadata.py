@@ -51,6 +51,13 @@ class Txn:
     batch_id: int | None = None
     last_committed_batch: int | None = None
     last: dict[str, Any] | None = None  # the previous transaction: pid, epoch, outcome, reason
+    # Declared at creation (InitProducerId's ``one_shot``): nobody will begin another
+    # transaction under this id (a batch write's own ``txnlog-write-<uuid>``), so once its
+    # transaction is decided it is kept only for ``--one-shot-id-retention-ms``.
+    one_shot: bool = False
+    # An EndTxn(abort) of a one-shot id that never opened a transaction (a write of zero
+    # partitions, or a job that failed before any task joined): it is as done as Complete*.
+    released: bool = False
     last_heartbeat: float = field(default_factory=time.monotonic)
     # Set while an EndTxn(commit) waits for the next log write to be planned with the
     # others that arrived meanwhile (completion.Completer); the reply resolves it. Not
@@ -69,6 +76,16 @@ class Txn:
     def completing(self) -> bool:
         """Prepared, or its commit waits to be prepared: nothing may join or change it."""
         return self.state.is_prepare or self.ending is not None
+
+    def one_shot_done_ms(self) -> int | None:
+        """When a one-shot id's transaction was decided (its Complete*, or the release of an
+        id that never opened one): the wall-clock ms its retention period runs from. None
+        for a reusable id, or while anything may still happen to it."""
+        if not self.one_shot:
+            return None
+        if self.state.is_complete or (self.state is TxnState.EMPTY and self.released):
+            return self.last_update_ms
+        return None
 
     def check_epoch(self, pid: int, epoch: int) -> None:
         """Raise unless (pid, epoch) is the current producer of this transactional id."""

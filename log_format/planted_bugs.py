@@ -16,6 +16,9 @@ Names and where they act:
 - ``abort_after_prepare``: the coordinator answers an abort of a transaction whose commit is
   already decided (PrepareCommit logged) with success (coordinator/transaction_coordinator.py)
 - ``ignore_lso``: read_committed readers read up to the HW, not the LSO (log_format/reader.py)
+- ``one_shot_early_drop``: the coordinator drops a one-shot transactional id as soon as its
+  transaction is decided, without the retention period a retried EndTxn relies on
+  (coordinator/transaction_coordinator.py)
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from __future__ import annotations
 import os
 
 ENV = "TXNLOG_UNSAFE"
-NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso"})
+NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
+                   "one_shot_early_drop"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 
