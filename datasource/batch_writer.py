@@ -44,6 +44,41 @@ class _Decided(Exception):
         self.error = error
 
 
+class UnknownWriteIdError(RuntimeError):
+    """The coordinator no longer knows a batch write's transactional id when its driver
+    asks for the outcome.
+
+    A write's own id is one-shot: the coordinator drops it ``--one-shot-id-retention-ms``
+    after its transaction ended (retried calls within that period get the same answer).
+    ``first_attempt``: no earlier EndTxn of this call can have reached the coordinator, so
+    the transaction ended without this commit — it was aborted (nothing else commits a
+    write's own id); otherwise an earlier attempt may have committed it.
+    """
+
+    def __init__(self, transactional_id: str, *, first_attempt: bool,
+                 cause: Exception) -> None:
+        if first_attempt:
+            what = ("its transaction had already ended before this commit asked, so it did "
+                    "NOT commit: it was aborted — most likely transaction.timeout.ms passed "
+                    "with no task heartbeating (a driver or cluster stalled between the "
+                    "tasks and the commit). Rows of this write are not visible to "
+                    "read_committed readers; run the write again")
+        else:
+            what = ("an earlier attempt of this commit may have committed it before the id "
+                    "was dropped, so the outcome is unknown here: read the topic with "
+                    "read_committed before running the write again, and give the "
+                    "coordinator a --one-shot-id-retention-ms longer than the commit's retry "
+                    f"window ({COMMIT_RETRY_S:.0f} s)")
+        super().__init__(
+            f"txnlog write {transactional_id!r}: the coordinator no longer knows this "
+            "write's transactional id (a batch write's id is dropped "
+            "--one-shot-id-retention-ms, default 10 min, after its transaction ends); "
+            f"{what}. Check the coordinator's log for {transactional_id!r} to see how it "
+            f"ended. (Coordinator: {cause})")
+        self.transactional_id = transactional_id
+        self.first_attempt = first_attempt
+
+
 def coordinator_client(opts: WriteOptions) -> CoordinatorClient:
     """The client for the ``coordinator`` option, or for the root's embedded coordinator."""
     from txnlog.coordinator.client import CoordinatorClient
@@ -72,9 +107,14 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
         client = coordinator_client(opts)
         self.endpoint = client.endpoint
         ensure_topic(client, opts)
+        # The write's own id carries this one transaction only: declared one-shot, the
+        # coordinator drops it a retention period after the transaction ends instead of
+        # keeping it for transactional.id.expiration.ms. A ``transactional.id`` option is
+        # the user's to reuse, so it stays an ordinary (reusable) id.
+        one_shot = opts.transactional_id is None
         self.transactional_id = opts.transactional_id or f"txnlog-write-{uuid.uuid4().hex}"
         self.producer_id, self.epoch = client.init_producer_id(
-            self.transactional_id, opts.transaction_timeout_ms)
+            self.transactional_id, opts.transaction_timeout_ms, one_shot=one_shot)
 
     def _client(self) -> CoordinatorClient:
         """A client for the write's coordinator. With the embedded default this finds the
@@ -100,6 +140,7 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
         if len(members) != len(messages):
             raise RuntimeError("txnlog commit: a partition has no successful task attempt")
         if not members:  # a write of zero partitions: no member ever opened the transaction
+            self._release()
             return
         result = self._end_txn(members)
         if result.get("outcome") != "commit":
@@ -118,16 +159,24 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
         from txnlog.coordinator.errors import (
             CoordinatorError,
             InvalidProducerEpochError,
+            InvalidProducerIdMappingError,
             InvalidTxnStateError,
             ProducerFencedError,
         )
 
+        attempts = 0
+
         def attempt() -> dict:
+            nonlocal attempts
+            attempts += 1
             try:
                 return self._client().end_txn(self.transactional_id, self.producer_id,
                                               self.epoch, commit=True, members=members)
             except (InvalidTxnStateError, ProducerFencedError, InvalidProducerEpochError) as exc:
                 raise _Decided(exc) from exc
+            except InvalidProducerIdMappingError as exc:
+                raise _Decided(UnknownWriteIdError(
+                    self.transactional_id, first_attempt=attempts == 1, cause=exc)) from exc
 
         def retrying(n: int, exc: BaseException, wait: float) -> None:
             log.warning("txnlog commit of %r: %s; retrying", self.transactional_id, exc)
@@ -144,14 +193,35 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
                 "restarts (read with read_committed to see whether it committed) "
                 "— do not simply rerun the write") from gave_up.last
 
+    def _release(self) -> None:
+        """A write of zero partitions: tell the coordinator this one-shot id is done (an
+        abort of a transaction never opened), so it is dropped after the retention period
+        rather than kept for transactional.id.expiration.ms. Nothing was written: a
+        failure here only leaves the id to Kafka's expiration."""
+        from txnlog.coordinator.errors import CoordinatorError
+
+        try:
+            self._client().end_txn(self.transactional_id, self.producer_id, self.epoch,
+                                   commit=False)
+        except CoordinatorError as exc:
+            log.warning("txnlog write %r of zero partitions: releasing its id failed (%s); "
+                        "the coordinator expires it later", self.transactional_id, exc)
+
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Abort whatever is not decided; after a commit that did land, this is a no-op."""
-        from txnlog.coordinator.errors import CoordinatorError
+        from txnlog.coordinator.errors import CoordinatorError, InvalidProducerIdMappingError
 
         client = self._client()
         try:
             client.end_txn(self.transactional_id, self.producer_id, self.epoch, commit=False)
+        except InvalidProducerIdMappingError as exc:
+            log.warning("txnlog abort of %r: %s", self.transactional_id,
+                        UnknownWriteIdError(self.transactional_id, first_attempt=True,
+                                            cause=exc))
         except CoordinatorError as exc:
-            state = client.describe_txn(self.transactional_id)
+            try:
+                state = client.describe_txn(self.transactional_id).get("state")
+            except CoordinatorError as exc2:
+                state = f"unknown ({exc2})"
             log.warning("txnlog abort of %r: %s (transaction state now %s)",
-                        self.transactional_id, exc, state.get("state"))
+                        self.transactional_id, exc, state)

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 from txnlog.coordinator.client import CoordinatorClient
-from txnlog.coordinator.errors import ProducerFencedError
+from txnlog.coordinator.errors import InvalidProducerIdMappingError, ProducerFencedError
 from txnlog.coordinator.segment_writer import (
     PartitionCounts,
     Partitioner,
@@ -88,7 +88,8 @@ class _Heartbeat:
                 return
             try:
                 client.heartbeat(tid, pid, epoch)
-            except ProducerFencedError as exc:  # also: the transaction has ended
+            except (ProducerFencedError, InvalidProducerIdMappingError) as exc:
+                # ended: fenced, or a one-shot id already dropped after its transaction
                 self.error = exc
                 return
             except Exception:  # transient: the next beat or the next RPC will tell
