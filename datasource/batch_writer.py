@@ -169,6 +169,10 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
         def attempt() -> dict:
             nonlocal attempts
             attempts += 1
+            # Spark calls commit() once; if it is called again on this writer, an earlier
+            # call's EndTxn may have committed, so no attempt of this one counts as first.
+            first = attempts == 1 and not getattr(self, "_commit_asked", False)
+            self._commit_asked = True
             try:
                 return self._client().end_txn(self.transactional_id, self.producer_id,
                                               self.epoch, commit=True, members=members)
@@ -176,7 +180,7 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
                 raise _Decided(exc) from exc
             except InvalidProducerIdMappingError as exc:
                 raise _Decided(UnknownWriteIdError(
-                    self.transactional_id, first_attempt=attempts == 1, cause=exc)) from exc
+                    self.transactional_id, first_attempt=first, cause=exc)) from exc
 
         def retrying(n: int, exc: BaseException, wait: float) -> None:
             log.warning("txnlog commit of %r: %s; retrying", self.transactional_id, exc)
