@@ -38,8 +38,9 @@ They load on first use, so ``import txnlog.log_format`` costs nothing: no pyarro
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy_exports import lazy_exports
 
 # Public name -> the module that defines it (relative to this package).
 _EXPORTS: dict[str, str] = {
@@ -125,18 +126,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the defining module of a public name on first access (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__, {name: f".{module}" for name, module in _EXPORTS.items()})
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
