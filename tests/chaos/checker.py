@@ -19,6 +19,14 @@ visibility across partitions and topics through one stable snapshot):
 - ``nonmonotonic-send``: one producer's later transaction landed before an earlier one in
   a partition.
 - ``phantom-read``: a value no send produced.
+- ``early-drop``: a retried EndTxn of a one-shot id (``retry`` op) was answered "unknown id"
+  less than the retention period after the transaction's end was asked for: the
+  coordinator dropped the id before a retry could no longer need it. Sound without clock
+  reasoning beyond one machine: the Complete record is written after ``t0`` and the drop
+  comes at least a retention period after it, so an answer received before
+  ``t0 + retention`` cannot be "unknown" unless the id was dropped early.
+- ``retry-changed``: such a retry, inside or after the retention period, was answered with
+  another definite outcome than the first answer (an "unknown id" after the period is fine).
 - ``stream-lost`` / ``stream-duplicate`` / ``stream-phantom`` / ``stream-order``: the
   streaming pipeline's output (``stream-final`` op: ``out:<tp>:<offset>:<value>`` records)
   against the final read_committed read of its input: every committed input record exactly
@@ -40,7 +48,8 @@ from typing import Any
 ANOMALIES = ("lost-write", "aborted-read", "torn-transaction", "duplicate",
              "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
              "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
-             "stream-duplicate", "stream-phantom", "stream-order")
+             "stream-duplicate", "stream-phantom", "stream-order", "early-drop",
+             "retry-changed")
 FULL_MODES = ("scan", "final", "spark")
 MAX_EXAMPLES = 5
 
@@ -148,6 +157,7 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
         for tp, offset, value in _reads(op):
             where.setdefault(value, (tp, offset))
 
+    _check_retries(res, [op for op in ops if op["f"] == "retry"])
     _check_values(res, polls, by_value)
     _check_offsets(res, polls)
     _check_bounds(res, polls)
@@ -171,6 +181,25 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
                               if t.status == "committed"),
         polls=len(polls))
     return res
+
+
+def _check_retries(res: Result, retries: list[dict[str, Any]]) -> None:
+    """Retried EndTxns of one-shot ids: the same answer while the id must be kept."""
+    same = 0
+    for op in retries:
+        answer = str(op.get("answer", ""))
+        if answer == "same":
+            same += 1
+        elif answer == "unknown-id":
+            if op["t1"] - op["t0"] < op["retention_ms"] / 1000:
+                res.add("early-drop", txn=op["txn"], tid=op.get("tid"),
+                        after_s=round(op["t1"] - op["t0"], 3),
+                        retention_ms=op["retention_ms"])
+        elif answer.startswith("other"):
+            res.add("retry-changed", txn=op["txn"], end=op.get("end"), answer=answer)
+    if retries:
+        res.stats["one_shot_retries"] = len(retries)
+        res.stats["one_shot_retries_same"] = same
 
 
 def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn]) -> None:

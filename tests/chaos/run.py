@@ -70,6 +70,13 @@ class Profile:
     spark_duration: float = 45.0  # Spark classes run at least this long (JVM start ~15 s)
 
 
+# One-shot ids (a batch write's own) are dropped this long after their transaction ended:
+# short, so drops happen during the faults; ONE_SHOT_P of the producers' transactions run
+# under such an id and retry their EndTxn 0-2 retention periods later (checker: early-drop,
+# retry-changed).
+ONE_SHOT_RETENTION_MS = 1500
+ONE_SHOT_P = 0.3
+
 PROFILES = {
     "short": Profile(producers=3, txns_per_producer=40, duration=12.0),
     "long": Profile(producers=4, txns_per_producer=300, duration=240.0, consumers=2),
@@ -274,7 +281,9 @@ class Scenario:
         try:
             n = len(self.coords)
             c = CoordinatorProc(self.root, faults=faults, log_path=self.dir / f"coord-{n}.log",
-                                extra=["--log-level", "INFO", "--heartbeat-ms", "1000"])
+                                extra=["--log-level", "INFO", "--heartbeat-ms", "1000",
+                                       "--one-shot-id-retention-ms",
+                                       str(ONE_SHOT_RETENTION_MS)])
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -315,7 +324,9 @@ class Scenario:
                 "--history", str(self.hist_dir), "--worker", str(w), "--run",
                 f"{self.fault}{self.seed}", "--seed", str(self.seed),
                 "--txns", str(txns or p.txns_per_producer),
-                "--duration", str(duration or p.duration), "--zombie-p", str(zombie_p)]
+                "--duration", str(duration or p.duration), "--zombie-p", str(zombie_p),
+                "--one-shot-p", str(ONE_SHOT_P),
+                "--one-shot-retention-ms", str(ONE_SHOT_RETENTION_MS)]
         proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(self.dir / f"w{w}.log", "wb"),  # noqa: SIM115

@@ -186,11 +186,26 @@ def test_stream_exactly_once() -> None:
     assert kinds([*CLEAN, stream_out(*swapped)]) == {"stream-order"}
 
 
+def _retry(answer: str, after_s: float) -> dict[str, Any]:
+    return {"f": "retry", "proc": "w0", "txn": "w0:9", "tid": "x-1s9", "end": "commit",
+            "t0": 100.0, "t1": 100.0 + after_s, "answer": answer, "retention_ms": 1500}
+
+
+def test_one_shot_retries() -> None:
+    assert kinds([*CLEAN, _retry("same", 0.5), _retry("unknown-id", 2.0)]) == set()
+    assert kinds([*CLEAN, _retry("transient: timeout", 0.1)]) == set()
+    assert kinds([*CLEAN, _retry("unknown-id", 1.0)]) == {"early-drop"}
+    assert kinds([*CLEAN, _retry("other: InvalidTxnStateError: ...", 0.2)]) == {
+        "retry-changed"}
+    assert check([*CLEAN, _retry("same", 0.5)]).stats["one_shot_retries_same"] == 1
+
+
 def test_every_anomaly_kind_has_a_test() -> None:
     tested = {"lost-write", "aborted-read", "torn-transaction", "duplicate",
               "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
               "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
-              "stream-duplicate", "stream-phantom", "stream-order"}
+              "stream-duplicate", "stream-phantom", "stream-order", "early-drop",
+              "retry-changed"}
     assert tested == set(ANOMALIES)
 
 

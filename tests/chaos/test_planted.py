@@ -8,6 +8,7 @@ this also tests the recording path.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,46 @@ def test_plain_put_lets_a_zombie_write_over_its_fence(planted: bool, tmp_path: P
         assert "inconsistent-offset" in found, found
     else:
         assert found == {}
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "one_shot_early_drop"])
+def test_one_shot_early_drop_is_caught(planted: bool, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-shot id dropped before its retention period: a retried EndTxn inside the
+    period gets "unknown id" (``early-drop``). The retention is 60 s and every retry comes
+    within 10 s of the commit; the planted coordinator drops the id at its next timer tick
+    (0.2 s), so the retries run until one sees that or 10 s pass."""
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "one_shot_early_drop")
+    rec = Recorder(tmp_path)
+    root, proc = coordinator(tmp_path, extra=["--one-shot-id-retention-ms", "60000"])
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    try:
+        c = proc.client()
+        c.init_producer_id("txnlog-write-1", 60_000, one_shot=True)
+        p = producer(root, proc.endpoint, "txnlog-write-1")  # type: ignore[arg-type]
+        pid, epoch = p.producer_id, p.epoch
+        t0 = time.time()
+        p.begin_transaction()
+        rec.send(p, "W:0", 1, 0)
+        assert rec.end(p, "W:0", commit=True) == "ok"
+        answers = []
+        while time.time() - t0 < 10 and "unknown-id" not in answers:
+            time.sleep(0.3)
+            try:
+                c.end_txn("txnlog-write-1", pid, epoch, True)
+                answer = "same"
+            except cerr.InvalidProducerIdMappingError:
+                answer = "unknown-id"
+            answers.append(answer)
+            rec.h.write("retry", proc="W", txn="W:0", tid="txnlog-write-1", end="commit",
+                        t0=t0, t1=time.time(), answer=answer, retention_ms=60_000)
+        rec.final(root)
+    finally:
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "early-drop" in found, found
+    else:
+        assert found == {}
+        assert set(answers) == {"same"}

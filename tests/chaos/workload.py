@@ -54,6 +54,10 @@ def discover(root: str, timeout: float = 30.0) -> str:
     raise TimeoutError(f"no healthy coordinator registered under {root} after {timeout}s")
 
 
+def discover_client(root: str, args: argparse.Namespace) -> CoordinatorClient:
+    return CoordinatorClient(discover(root), timeout=args.rpc_timeout, retry_for=args.rpc_retry)
+
+
 def classify(exc: BaseException) -> str:
     return "fail" if isinstance(exc, DEFINITE) else "unknown"
 
@@ -76,6 +80,7 @@ class ProducerWorker:
         self.rng = random.Random(args.seed * 1000 + args.worker)
         self.counter = 0
         self.producer: TransactionalProducer | None = None
+        self.hist_last_end: tuple[str, str] | None = None  # (commit|abort, outcome)
 
     def next_value(self) -> int:
         self.counter += 1
@@ -105,6 +110,10 @@ class ProducerWorker:
         deadline = time.monotonic() + self.args.duration
         n = 0
         while n < self.args.txns and time.monotonic() < deadline:
+            if self.args.one_shot_p and self.rng.random() < self.args.one_shot_p:
+                self.one_shot_txn(f"{self.proc}:{n}", n)
+                n += 1
+                continue
             try:
                 producer = self.ensure_producer()
             except Exception:
@@ -113,6 +122,49 @@ class ProducerWorker:
             self.one_txn(producer, f"{self.proc}:{n}")
             n += 1
         self.hist.close()
+
+    def one_shot_txn(self, txn: str, n: int) -> None:
+        """One transaction under an id of its own declared one-shot (as a Spark batch write
+        does), then its EndTxn retried once, 0 to 2 retention periods later.
+
+        The coordinator drops the id a retention period after the transaction ended; a retry
+        before that must get the same answer. ``retry`` ops let the checker catch an id
+        dropped early (``early-drop``) or a retry answered otherwise (``retry-changed``).
+        """
+        tid = f"{self.tid}-1s{n}"
+        try:
+            endpoint = discover(self.root)
+            client = CoordinatorClient(endpoint, timeout=self.args.rpc_timeout,
+                                       retry_for=self.args.rpc_retry)
+            client.init_producer_id(tid, self.args.txn_timeout_ms, one_shot=True)
+            p = TransactionalProducer(self.root, tid, coordinator=endpoint,
+                                      transaction_timeout_ms=self.args.txn_timeout_ms)
+            p.client = client
+            p.init_transactions()  # an InitProducerId again: the id stays one-shot
+        except Exception as exc:
+            self.hist.write("info", what="init-one-shot", outcome=classify(exc), error=err(exc))
+            time.sleep(0.2)
+            return
+        pid, epoch = p.producer_id, p.epoch
+        t0 = time.time()
+        self.one_txn(p, txn)
+        ops = self.hist_last_end
+        if ops is None or ops[1] != "ok":
+            return  # only an answered end pins when the transaction was decided
+        commit = ops[0] == "commit"
+        time.sleep(self.rng.uniform(0, 2 * self.args.one_shot_retention_ms / 1000))
+        try:
+            r = discover_client(self.root, self.args).end_txn(tid, pid, epoch, commit)
+            answer = "same" if r.get("outcome") == ("commit" if commit else "abort") \
+                else f"other: {r}"
+        except cerr.InvalidProducerIdMappingError:
+            answer = "unknown-id"
+        except DEFINITE as exc:
+            answer = f"other: {err(exc)}"
+        except Exception as exc:
+            answer = f"transient: {err(exc)}"
+        self.hist.write("retry", txn=txn, tid=tid, end=ops[0], t0=t0, t1=time.time(),
+                        answer=answer, retention_ms=self.args.one_shot_retention_ms)
 
     def one_txn(self, producer: TransactionalProducer, txn: str) -> None:
         rng = self.rng
@@ -138,12 +190,15 @@ class ProducerWorker:
                         os.kill(os.getpid(), signal.SIGSTOP)  # the harness resumes us
                         self.hist.write("info", what="zombie-resume", txn=txn)
             stage = "abort" if abort else "commit"
+            self.hist_last_end = None
             if abort:
                 producer.abort_transaction()
             else:
                 producer.commit_transaction()
             self.hist.write(stage, txn=txn, outcome="ok", t0=t0)
+            self.hist_last_end = (stage, "ok")
         except Exception as exc:
+            self.hist_last_end = None
             outcome = classify(exc)
             if stage == "abort" and outcome == "fail":
                 outcome = "unknown"  # a refused abort says nothing about the data
@@ -249,6 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--txn-timeout-ms", type=int, default=3000)
     ap.add_argument("--rpc-timeout", type=float, default=10.0)
     ap.add_argument("--rpc-retry", type=float, default=2.0)
+    ap.add_argument("--one-shot-p", type=float, default=0.0,
+                    help="share of transactions under a one-shot id of their own")
+    ap.add_argument("--one-shot-retention-ms", type=int, default=1500,
+                    help="the coordinators' --one-shot-id-retention-ms (for the checker)")
     ap.add_argument("--polls", type=int, default=10_000)
     ap.add_argument("--max-records", type=int, default=40)
     ap.add_argument("--scan-every", type=int, default=10)
