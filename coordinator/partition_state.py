@@ -19,6 +19,7 @@ and the caller decides when to drop what no longer holds (``Visibility``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -222,9 +223,15 @@ class Visibility(NamedTuple):
 
 
 def visible_offsets(topics: dict[str, dict[str, Any]], partitions: dict[str, PartitionState],
-                    unreplicated: list[UnreplicatedTxn], predecessor_floor: Offsets
-                    ) -> Visibility:
+                    unreplicated: list[UnreplicatedTxn], predecessor_floor: Offsets,
+                    only: Iterable[str] | None = None) -> Visibility:
     """Every partition's (HW, LSO) as readers may trust them. Pure: changes nothing.
+
+    ``only``: compute just these partitions (the stable publisher's delta: the partitions
+    records changed since its last snapshot). The answer for each is the one the full scan
+    gives, because the held-back and floor partitions are added to them: holding back and
+    the floor read and write only the partitions of ``unreplicated`` entries and of the
+    floor, and every other partition's value follows from its own state alone.
 
     Below the first offset of any transaction not yet Complete (Kafka's LSO), and held
     back further by completed transactions:
@@ -241,11 +248,18 @@ def visible_offsets(topics: dict[str, dict[str, Any]], partitions: dict[str, Par
     transaction is released only once nothing can hold it again.
     """
     out: Offsets = {}
-    for name, meta in topics.items():
-        for p in range(int(meta["partitions"])):
-            key = partition_key(name, p)
+    if only is None:
+        for name, meta in topics.items():
+            for p in range(int(meta["partitions"])):
+                key = partition_key(name, p)
+                st = partitions.get(key)
+                out[key] = (st.hw(), st.lso()) if st else (0, 0)
+    else:
+        keys = set(only).union(predecessor_floor, *(e.parts for e in unreplicated))
+        for key in keys:
             st = partitions.get(key)
-            out[key] = (st.hw(), st.lso()) if st else (0, 0)
+            if st is not None:  # a topic's partitions are all in the state once created
+                out[key] = (st.hw(), st.lso())
     still = _hold_back_unreplicated(out, unreplicated)
     floor = _apply_predecessor_floor(out, predecessor_floor)
     return Visibility(out, still, floor)

@@ -36,6 +36,7 @@ SEGMENT_SUFFIXES = (LOG_SUFFIX, TXNINDEX_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX,
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
 _SEGMENT_RE = re.compile(r"(\d{20})(\.[a-z]+)")
 _STABLE_RE = re.compile(r"(\d{10})-(\d{20})\.json")
+_STABLE_BASE_RE = re.compile(r"(\d{10})-(\d{20})\.base\.json")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(0|[1-9]\d*)")
 
 
@@ -145,6 +146,23 @@ def parse_stable_name(name: str) -> tuple[int, int] | None:
 
 def stable_path(coordinator_epoch: int, seq: int) -> str:
     return f"{STABLE_DIR}/{stable_name(coordinator_epoch, seq)}"
+
+
+def stable_base_name(coordinator_epoch: int, seq: int) -> str:
+    """`<epoch>-<seq>.base.json`: a stable base (every partition, as head `<epoch>-<seq>`
+    published them). Not a head name, so it never competes for "highest head", and readers
+    written before bases existed ignore it."""
+    return stable_name(coordinator_epoch, seq)[:-len(".json")] + ".base.json"
+
+
+def parse_stable_base_name(name: str) -> tuple[int, int] | None:
+    """(coordinator epoch, seq) of a stable-base name, or None."""
+    m = _STABLE_BASE_RE.fullmatch(name)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def stable_base_path(coordinator_epoch: int, seq: int) -> str:
+    return f"{STABLE_DIR}/{stable_base_name(coordinator_epoch, seq)}"
 
 
 def txn_state_log_path(base_offset: int) -> str:

@@ -16,6 +16,8 @@ Names and where they act:
 - ``abort_after_prepare``: the coordinator answers an abort of a transaction whose commit is
   already decided (PrepareCommit logged) with success (coordinator/transaction_coordinator.py)
 - ``ignore_lso``: read_committed readers read up to the HW, not the LSO (log_format/reader.py)
+- ``delta_omits_partition``: a stable delta head leaves out one partition its snapshot
+  changed, showing that partition's value before (coordinator/stable_publisher.py)
 - ``one_shot_early_drop``: the coordinator drops a one-shot transactional id as soon as its
   transaction is decided, without the retention period a retried EndTxn relies on
   (coordinator/transaction_coordinator.py)

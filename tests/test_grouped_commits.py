@@ -283,7 +283,7 @@ def test_published_bounds_never_go_back_after_a_crash(tmp_path: Path,
         retried = await _end_all(engine2, txns)
         assert all(r["outcome"] == "commit" for r in retried), retried
         await engine2.stop()
-        after = [stable.StableSnapshot.from_json(st.get(layout.stable_path(*key)))
+        after = [stable.read_stable(st, key)
                  for key in stable.list_stable(st) if key > before.key]
         assert after, "the successor published nothing"
         for snap in after:
