@@ -642,7 +642,7 @@ class TransactionCoordinator:
             for rec in expired:
                 self.completer.forget(rec.data["tid"])
             if one_shot:
-                log.debug("dropping %d one-shot transactional ids past their retention",
+                log.info("dropping %d one-shot transactional ids past their retention",
                           one_shot)
             await self.commits.commit(expired)
         stale = [r for r in self.state.reservations.values()

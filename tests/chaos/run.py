@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -98,6 +99,9 @@ class Outcome:
     torn_above_lso: int = 0  # torn transactions with the known LSO signature (see checker)
     spark_jobs: dict[str, int] = field(default_factory=dict)  # Spark write jobs by status
     stream_records: int = 0  # output records of the stream checked exactly-once
+    one_shot_retries: int = 0  # retried EndTxns of one-shot ids (checker: early-drop)
+    one_shot_retries_same: int = 0  # ... answered as the first time (the rest: unknown id)
+    one_shot_dropped: int = 0  # one-shot ids the coordinators dropped (their logs)
     faults_injected: int = 0
     seconds: float = 0.0
     history: str = ""
@@ -746,8 +750,13 @@ class Scenario:
             out.error = "no transaction committed: the run proves nothing (see the worker logs)"
         out.examples = res.anomalies
         for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records",
-                  "torn_above_lso", "stream_records"):
+                  "torn_above_lso", "stream_records", "one_shot_retries",
+                  "one_shot_retries_same"):
             setattr(out, k, res.stats.get(k, 0))
+        for log_file in self.dir.glob("coord-*.log"):
+            out.one_shot_dropped += sum(
+                int(n) for n in re.findall(r"dropping (\d+) one-shot",
+                                           log_file.read_text(errors="replace")))
         for t in checker.build_txns(ops).values():
             if t.proc.startswith("s"):
                 out.spark_jobs[t.status] = out.spark_jobs.get(t.status, 0) + 1
