@@ -29,7 +29,7 @@ import os
 
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
-                   "one_shot_early_drop"})
+                   "one_shot_early_drop", "delta_omits_partition"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 
