@@ -922,6 +922,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--txns", type=int, default=None, help="override txns per producer")
     ap.add_argument("--duration", type=float, default=None, help="override seconds")
     ap.add_argument("--producers", type=int, default=None, help="override producer count")
+    ap.add_argument("--unsafe", default="",
+                    help="planted bugs (TXNLOG_UNSAFE names) for the processes: the run must "
+                         "then report the matching anomaly")
     ap.add_argument("--table", type=Path, nargs="+", default=None,
                     help="print the markdown table of results.json file(s) and exit")
     args = ap.parse_args(argv)
@@ -938,7 +941,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="txnlog-chaos-"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"chaos run: profile={profile} out={out}")
-    results = run_all(faults, args.backend.split(","), profile, out, args.seed)
+    results = run_all(faults, args.backend.split(","), profile, out, args.seed,
+                      unsafe=args.unsafe)
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     bad = [r for r in results if not r.ok]
     print(f"{len(results)} scenarios, {len(bad)} with anomalies or errors; results in {out}")
