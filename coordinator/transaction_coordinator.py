@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from txnlog.log_format import layout, stable, topics
+from txnlog.log_format.layout import txn_state_log_path
 from txnlog.log_format.planted_bugs import enabled as unsafe
 from txnlog.log_format.storage import Storage
 
@@ -45,6 +46,7 @@ from .errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    NotCoordinatorError,
     ProducerFencedError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -452,6 +454,8 @@ class TransactionCoordinator:
         the confirm record is queued right before Prepare, so it is durable when the reply
         (which waits for Prepare and more) is sent, exactly as if Confirm had been called.
         """
+        if tid not in self.state.txns:
+            await self._check_still_coordinator(tid)
         txn = self.state.txn(tid)
         want = "commit" if commit else "abort"
         if batch_id is not None and txn.last_committed_batch is not None \
@@ -508,6 +512,20 @@ class TransactionCoordinator:
         return await self.completer.end(txn, commit=commit,
                                         committed=committed if commit else set(),
                                         reason="client", batch_id=batch_id)
+
+    async def _check_still_coordinator(self, tid: str) -> None:
+        """Before answering that ``tid`` is unknown, make sure no successor took the log
+        over: a coordinator paused and resumed has not seen the ids created meanwhile, and a
+        batch writer reads "unknown" as "dropped after its retention period" (and, on its
+        first EndTxn, as "did not commit"). A successor's takeover lands at this log's next
+        offset, so one existence check there settles it (only on this rare answer)."""
+        await self.commits.sync()
+        assert self.commits.log is not None
+        path = txn_state_log_path(self.commits.log.next_offset)
+        if await self.io.call(self.io.size_or_none, path) is not None:
+            raise NotCoordinatorError(
+                f"another coordinator has written {path}: this one is stale and cannot tell "
+                f"whether {tid!r} exists")
 
     def _confirm_in_end(self, txn: Txn, written: list[dict[str, Any]]) -> None:
         """Apply and queue a confirm of reservations of ``txn``'s producers (not awaited:

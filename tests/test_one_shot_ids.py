@@ -273,3 +273,23 @@ def test_an_old_root_recovers_and_its_ids_stay_reusable(tmp_path: Path) -> None:
     old = sorted(t["tid"] for t in fixture["recovered_snapshot"]["txns"])
     assert tids == old
     assert not any("one_shot" in t or "released" in t for t in snap["txns"])
+
+
+def test_a_stale_coordinator_never_answers_unknown_id(tmp_path: Path) -> None:
+    """A coordinator that a successor took over from has not seen the ids created since;
+    "unknown" from it would make a batch writer report a committed write as not committed.
+    It answers NotCoordinator (retriable: the client finds the successor)."""
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    async def main() -> None:
+        old = await _started(st, HOUR_MS)
+        await old.create_topic(TOPIC, 2)
+        new = await _started(st, HOUR_MS)  # takes the log over (its takeover record)
+        await _batch_write(new, "txnlog-write-later")
+        with pytest.raises(errors.NotCoordinatorError, match="stale"):
+            await old.end_txn("txnlog-write-later", 0, 0, True)
+        with pytest.raises(errors.InvalidProducerIdMappingError):
+            await new.end_txn("txnlog-write-never", 0, 0, True)  # the live one still says so
+        await old.halt()
+        await new.stop()
+    asyncio.run(main())
