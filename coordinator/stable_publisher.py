@@ -191,10 +191,11 @@ class StablePublisher:
         """``since_base`` as the head shows it; the planted bug ``delta_omits_partition``
         leaves out one partition this head changed (it shows the value before), so a
         transaction across partitions is torn for a head (tests/chaos/test_planted.py)."""
-        if len(changes) < 2 or not planted_bugs.enabled("delta_omits_partition"):
-            return dict(self.since_base)
         shown = dict(self.since_base)
-        key = max(changes)
+        in_delta = [k for k in changes if k in shown]
+        if len(in_delta) < 2 or not planted_bugs.enabled("delta_omits_partition"):
+            return shown
+        key = max(in_delta)
         before = self.written.partitions.get(key) if self.written is not None else None
         if before is None:
             del shown[key]
