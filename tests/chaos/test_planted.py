@@ -258,3 +258,31 @@ def test_one_shot_early_drop_is_caught(planted: bool, tmp_path: Path,
     else:
         assert found == {}
         assert set(answers) == {"same"}
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "delta_omits_partition"])
+def test_delta_omits_partition_is_a_torn_transaction(planted: bool, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stable delta head that leaves out one partition a commit moved: a fresh reader
+    right after the commit sees the transaction in one partition and not the other."""
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "delta_omits_partition")  # the coordinator's
+    rec = Recorder(tmp_path)
+    root, proc = coordinator(tmp_path)
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    try:
+        p = producer(root, proc.endpoint, "P")  # type: ignore[arg-type]
+        p.begin_transaction()
+        rec.send(p, "P:0", 1, 0)
+        rec.send(p, "P:0", 2, 1)
+        assert rec.end(p, "P:0", commit=True) == "ok"
+        rec.scan(root)  # a fresh reader, right after the commit's head
+        proc.client().stable(publish=True)  # a head with nothing new shows every partition
+        rec.final(root)
+    finally:
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "torn-transaction" in found, found
+    else:
+        assert found == {}
