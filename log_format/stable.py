@@ -20,9 +20,9 @@ cumulative delta over a *base* that holds every partition.
   path whenever the cumulative delta grows past a bound (coordinator/stable_publisher.py);
   heads written after it is durable stand on it.
 
-A fresh reader needs one LIST of ``_stable/`` and two GETs (the head, and the newest base
-fetched in parallel on the guess that the head stands on it); a reader that already holds
-the head's base GETs the head only.
+A fresh reader needs one LIST of ``_stable/`` and two GETs (the head, and the newest base,
+on remote storage fetched in parallel on the guess that the head stands on it); a reader
+that already holds the head's base GETs the head only.
 
 Pruning (``prune_stable``) keeps the newest ``keep`` heads and the newest ``KEEP_BASES``
 bases. That keeps every base the newest head can stand on: a coordinator's heads stand on
@@ -354,6 +354,12 @@ def _remember_base(storage: Storage, base: StableBase) -> None:
             del _BASE_CACHE[next(iter(_BASE_CACHE))]
 
 
+def _remote(storage: Storage) -> bool:
+    """Worth a parallel GET: a round trip (S3), not a local read that costs less than
+    handing it to a thread."""
+    return not storage.url.startswith("file:")
+
+
 def _prefetch(storage: Storage, path: str) -> Future[bytes]:
     """GET ``path`` on a small pool of this process (created after a fork, never shared)."""
     global _pool
@@ -398,7 +404,7 @@ def read_latest_stable(storage: Storage,
             return not_below
         have = not_below.base if not_below is not None else None
         guess = None
-        if bases and (have is None or have.ref.key != bases[-1]) \
+        if bases and _remote(storage) and (have is None or have.ref.key != bases[-1]) \
                 and not _cache_has(storage, bases[-1]):
             guess = (bases[-1], _prefetch(storage, stable_base_path(*bases[-1])))
         path = stable_path(*key)
