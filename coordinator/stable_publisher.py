@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +48,10 @@ log = logging.getLogger("txnlog.coordinator.stable_publisher")
 # commits waiting for it cannot be answered before it is out. No jitter: one writer.
 STABLE_RETRY = RetryPolicy(max_attempts=1000, base_delay_s=0.1, max_delay_s=5.0, jitter=False)
 PRUNE_EVERY = 20  # snapshots between two prunes of old ones
-REBASE_MIN = 256  # partitions in the cumulative delta below which no base is written
+# Partitions in the cumulative delta below which no base is written. TXNLOG_STABLE_REBASE_MIN
+# lowers it so the chaos harness switches bases all the time on its small roots (at 256,
+# they would only ever have the base each coordinator writes at takeover).
+REBASE_MIN = int(os.environ.get("TXNLOG_STABLE_REBASE_MIN", "256"))
 REBASE_FRACTION = 16  # ... or this fraction of the root's partitions, if more
 T = TypeVar("T")
 
