@@ -17,7 +17,9 @@ At each count (cumulative):
   its next ``.snapshot`` object holds);
 - snapshot CPU: process CPU to build and serialize that snapshot (``to_snapshot`` + JSON,
   what TxnLog does on the event loop), median of 3, and that CPU per second at one snapshot
-  per ``--snapshot-every-s`` (5 s, the coordinator's timer while writes go on);
+  per ``--snapshot-every-s`` (5 s, the coordinator's timer while writes go on); and what the
+  coordinator really wrote during the writes (its log's ``snapshot at ... (N bytes)``
+  lines): snapshots per second, and their CPU per second at the measured cost per byte;
 - restart on S3: the coordinator's log (``__transaction_state-0``: newest snapshot and the
   objects after it) copied to a SeaweedFS S3 root (tests/s3_server.py), then the recovery a
   starting coordinator does there (list, GET snapshot, GET the objects after it in parallel,
@@ -173,6 +175,15 @@ def measure(root: str, s3_root: str | None) -> dict[str, Any]:
     return out
 
 
+def snapshots_written(coord_log: Path, start: int) -> list[int]:
+    """Sizes of the snapshots the coordinator logged writing after byte ``start`` of its
+    log (``snapshot at ... (N bytes)``)."""
+    with open(coord_log, "rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    return [int(n) for n in re.findall(r"snapshot at \S+ offset \d+ \((\d+) bytes\)", text)]
+
+
 def spark_phase(n: int, retention_ms: int, work: Path) -> str:
     """``n`` real df.write calls; then whether their ids were one-shot and are gone."""
     from pyspark.sql import SparkSession
@@ -246,23 +257,30 @@ def main() -> None:
             col_counts = counts if column == "after" or not args.before_counts else \
                 [int(x) for x in args.before_counts.split(",")]
             try:
+                coord_log = work / f"coord-{column}.log"
                 for n in col_counts:
+                    seen = coord_log.stat().st_size
                     wall = run_writes(root, endpoint, n - done, args.procs, args.threads)
                     rate = (n - done) / wall
                     done = n
+                    snaps = snapshots_written(coord_log, seen)
                     s3_root = None if server is None else \
                         f"s3://bench/{uuid.uuid4().hex[:8]}-{column}-{n}"
                     m = measure(root, s3_root)
                     m["rate"], m["load"] = rate, load()
+                    # What the coordinator really wrote during these writes (its log), and
+                    # the CPU that took at the serialization cost measured above per byte.
+                    m["snaps_per_s"] = len(snaps) / wall
+                    m["snap_cpu_ms_per_s"] = sum(snaps) * m["snap_cpu_ms"] / m["bytes"] / wall
                     results[column][n] = m
                     print(f"{column} {n:>7,}: {json.dumps(m)}", flush=True)
             finally:
                 stop(proc)
         print()
         print("| column | writes | snapshot bytes (x) | snapshot CPU ms (x) | CPU ms/s at 1 "
-              "snapshot/5 s | restart on S3 s (x) | ids / producers in state | writes/s | "
-              "load |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+              "snapshot/5 s | snapshots/s written, CPU ms/s | restart on S3 s (x) | ids / "
+              "producers in state | writes/s | load |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for column, rows in results.items():
             base = rows[counts[0]]
             for n, m in rows.items():
@@ -271,7 +289,9 @@ def main() -> None:
                 print(f"| {column} | {n:,} | {m['bytes']:,} ({m['bytes'] / base['bytes']:.2f}x) "
                       f"| {m['snap_cpu_ms']:.1f} "
                       f"({m['snap_cpu_ms'] / max(base['snap_cpu_ms'], 1e-3):.2f}x) "
-                      f"| {m['snap_cpu_ms'] / 5:.2f} | {restart} | {m['ids']:,} / "
+                      f"| {m['snap_cpu_ms'] / 5:.2f} "
+                      f"| {m['snaps_per_s']:.2f}, {m['snap_cpu_ms_per_s']:.2f} "
+                      f"| {restart} | {m['ids']:,} / "
                       f"{m['producers']:,} | {m['rate']:.0f} | {m['load']} |", flush=True)
         if args.spark:
             print()
