@@ -83,6 +83,11 @@ class StablePublisher:
         self._next_base: tuple[int, Offsets] | None = None
         self._base_task: asyncio.Task[None] | None = None
         self._waiters: list[asyncio.Future[int]] = []
+        self._in_flight: list[asyncio.Future[int]] = []  # waiting on the head being written
+        # Set when publishing failed for good; ``on_fatal`` (the coordinator wires it to
+        # the log's fatal path, which stops the process) is told once.
+        self.failed: BaseException | None = None
+        self.on_fatal: Callable[[BaseException], None] | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._prune_task: asyncio.Task[Any] | None = None
@@ -132,12 +137,39 @@ class StablePublisher:
     def request(self) -> asyncio.Future[int]:
         """A future that resolves once a stable snapshot taken after now is written."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self.failed is not None:  # nothing will ever publish again: say so at once
+            fut.set_exception(self._failure())
+            return fut
         self._waiters.append(fut)
         assert self._wake is not None
         self._wake.set()
         return fut
 
     async def _run(self) -> None:
+        """Publish until cancelled. If publishing fails for good (storage refused every
+        retry, or a head/base name holds other bytes), no commit can ever be answered
+        again: fail every waiter and stop the process through ``on_fatal`` — a restarted
+        (or standby) coordinator recovers — instead of leaving callers waiting forever."""
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failed = exc
+            log.critical("stable snapshots cannot be published, the coordinator stops: %s",
+                         exc)
+            for w in self._in_flight + self._waiters:
+                if not w.done():
+                    w.set_exception(self._failure())
+                    w.exception()  # mark retrieved: the caller may be gone
+            self._in_flight, self._waiters = [], []
+            if self.on_fatal is not None:
+                self.on_fatal(exc)
+
+    def _failure(self) -> KafkaStorageError:
+        return KafkaStorageError(f"stable snapshots cannot be published: {self.failed}")
+
+    async def _serve(self) -> None:
         assert self._wake is not None
         written = 0
         while True:
@@ -145,10 +177,11 @@ class StablePublisher:
             self._wake.clear()
             if not self._waiters:
                 continue
-            waiters, self._waiters = self._waiters, []
+            self._in_flight, self._waiters = self._waiters, []
             self.seq += 1
             snap = await self._publish(self.seq)
             self.written = snap
+            waiters, self._in_flight = self._in_flight, []
             for w in waiters:
                 if not w.done():
                     w.set_result(snap.seq)

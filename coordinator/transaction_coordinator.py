@@ -178,6 +178,7 @@ class TransactionCoordinator:
         await self.commits.commit([LogRecord("takeover", {
             "id": "", "epoch": epoch, "log_offset": txn_log.next_offset, "ms": now_ms(),
             "pid": os.getpid()})])
+        self.publisher.on_fatal = txn_log.stop_fatally
         await self.publisher.start()
         self._timer_task = asyncio.get_running_loop().create_task(self._timer_loop(),
                                                                   name="timers")

@@ -337,6 +337,12 @@ class TxnLog:
                 return obj.name
         return None
 
+    def stop_fatally(self, exc: BaseException) -> None:
+        """Another part of the coordinator cannot continue (e.g. the stable publisher gave
+        up): fail every queued append and stop the process, as a failed log write does."""
+        if self.failed is None:
+            self._fail(exc, [])
+
     def _fail(self, exc: BaseException, batch: list[tuple[LogRecord, Any]]) -> None:
         """State in memory is now ahead of the log: fail everyone and stop the process."""
         self.failed = exc
