@@ -27,10 +27,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from txnlog.log_format import layout, stable, topics
+from txnlog.log_format import stable, topics
 from txnlog.log_format.layout import txn_state_log_path
 from txnlog.log_format.planted_bugs import enabled as unsafe
 from txnlog.log_format.storage import Storage
@@ -39,7 +39,6 @@ from . import faults
 from .completion import Completer
 from .errors import (
     ConcurrentTransactionsError,
-    CoordinatorError,
     InvalidPartitionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -57,15 +56,15 @@ from .partition_state import (
     Offsets,
     PartitionOffset,
     ProducerState,
-    Reservation,
     ReservedBatch,
     check_sequence,
     partition_key,
 )
-from .runtime import Commits, Observer, StorageIO, spawn
+from .runtime import Commits, Observer, StorageIO
 from .stable_publisher import StablePublisher
 from .state import CoordinatorState
 from .states import TxnState
+from .timers import TransactionTimers
 from .txn_log import TxnLog
 from .txn_log_records import LogRecord
 from .txn_metadata import Txn, now_ms
@@ -94,12 +93,6 @@ class TransactionCoordinator:
                  one_shot_id_retention_ms: int = ONE_SHOT_ID_RETENTION_MS) -> None:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
-        self.expiration_ms = transactional_id_expiration_ms
-        if one_shot_id_retention_ms < 0:
-            raise ValueError("one_shot_id_retention_ms must be >= 0, got "
-                             f"{one_shot_id_retention_ms}")
-        self.one_shot_retention_ms = one_shot_id_retention_ms
-        self.reservation_timeout_ms = reservation_timeout_ms
         self.state = CoordinatorState()
         self.observer = observer if observer is not None else Observer()
         self.io = StorageIO(storage, self.observer, io_threads)
@@ -110,7 +103,11 @@ class TransactionCoordinator:
         self.offsets = GroupOffsets(
             self.state, self.commits, self.io, self.reserve,
             lambda name, n, cfg: self.create_topic(name, n, cfg, exist_ok=True))
-        self._timer_task: asyncio.Task[None] | None = None
+        self.timers = TransactionTimers(
+            self.state, self.commits, self.completer, self.io, self.request_stable,
+            expiration_ms=transactional_id_expiration_ms,
+            one_shot_retention_ms=one_shot_id_retention_ms,
+            reservation_timeout_ms=reservation_timeout_ms)
 
     # ========================================================== state, for callers
     @property
@@ -180,8 +177,7 @@ class TransactionCoordinator:
             "pid": os.getpid()})])
         self.publisher.on_fatal = txn_log.stop_fatally
         await self.publisher.start()
-        self._timer_task = asyncio.get_running_loop().create_task(self._timer_loop(),
-                                                                  name="timers")
+        self.timers.start()
         for txn in list(self.state.txns.values()):
             txn.last_heartbeat = time.monotonic()
             if txn.state.is_prepare:
@@ -194,18 +190,14 @@ class TransactionCoordinator:
         await self.completer.drain()
         if self.commits.log is not None:
             await self.commits.log.close()
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-            await asyncio.gather(self._timer_task, return_exceptions=True)
+        await self.timers.stop()
         await self.publisher.stop()
         self.io.shutdown()
 
     async def halt(self) -> None:
         """Stop every task at once, with no graceful step: what SIGKILL leaves (what is
         durable stays, nothing else runs). Tests stand in for a crash with this."""
-        if self._timer_task is not None:
-            self._timer_task.cancel()
-            await asyncio.gather(self._timer_task, return_exceptions=True)
+        await self.timers.stop()
         await self.publisher.halt()
         await self.completer.halt()
         if self.commits.log is not None:
@@ -218,7 +210,7 @@ class TransactionCoordinator:
         producer), fencing any earlier instance — its open transaction is aborted.
 
         ``one_shot``: the caller will never begin a second transaction under ``tid`` (a
-        batch write's own id), so the id is dropped ``one_shot_retention_ms`` after its
+        batch write's own id), so the id is dropped ``one_shot_retention_ms`` (timers) after its
         transaction is decided instead of living ``transactional.id.expiration.ms``. It is
         declared when the id is created and stays with it; declaring it for an id that
         exists as a reusable one is refused (nothing may drop an id someone reuses).
@@ -623,70 +615,3 @@ class TransactionCoordinator:
                 "state": txn.state.kafka_name, "members": txn.members,
                 "partitions": sorted(txn.partitions), "batch_id": txn.batch_id,
                 "last_committed_batch": txn.last_committed_batch, "timeout_ms": txn.timeout_ms}
-
-    # ==================================================================== timers
-    async def _timer_loop(self) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            try:
-                await self._check_timers()
-            except CoordinatorError as exc:
-                log.warning("timer check failed: %s", exc)
-
-    async def _check_timers(self) -> None:
-        """Abort transactions past their timeout, expire idle transactional ids (one-shot
-        ids after their retention period), fence idempotent reservations never
-        confirmed."""
-        now = time.monotonic()
-        wall = now_ms()
-        expired: list[LogRecord] = []
-        one_shot = 0
-        for txn in list(self.state.txns.values()):
-            if txn.state is TxnState.ONGOING and \
-                    (now - txn.last_heartbeat) * 1000 > txn.timeout_ms and \
-                    not self.completer.busy(txn.tid):
-                log.info("%r: no heartbeat for %d ms (timeout %d): aborting with an epoch bump",
-                         txn.tid, (now - txn.last_heartbeat) * 1000, txn.timeout_ms)
-                spawn(self.completer.end(txn, commit=False, committed=set(), reason="timeout"))
-            elif self._one_shot_expired(txn, wall):
-                one_shot += 1
-                expired.append(LogRecord("txn", {"tid": txn.tid, "tombstone": True}))
-            elif txn.state.is_idle and wall - txn.last_update_ms > self.expiration_ms:
-                log.info("%r: idle for %d ms: transactional id expires", txn.tid,
-                         wall - txn.last_update_ms)
-                expired.append(LogRecord("txn", {"tid": txn.tid, "tombstone": True}))
-        if expired:
-            # One append for all of them: thousands of one-shot ids may come due together
-            # (after a restart), and each awaited on its own would wait a log write.
-            for rec in expired:
-                self.completer.forget(rec.data["tid"])
-            if one_shot:
-                log.info("dropping %d one-shot transactional ids past their retention",
-                          one_shot)
-            await self.commits.commit(expired)
-        stale = [r for r in self.state.reservations.values()
-                 if r.tid is None and not r.confirmed
-                 and (now - r.created) * 1000 > self.reservation_timeout_ms]
-        if stale:
-            await self._fence_stale(stale)
-
-    def _one_shot_expired(self, txn: Txn, wall: int) -> bool:
-        """A one-shot id whose transaction was decided more than the retention period ago
-        and that nothing is completing: no answer about it can still be needed."""
-        done = txn.one_shot_done_ms()
-        if done is None or not txn.state.is_idle or self.completer.busy(txn.tid):
-            return False
-        if unsafe("one_shot_early_drop"):  # planted bug: no retention period at all
-            return True
-        return wall - done >= self.one_shot_retention_ms
-
-    async def _fence_stale(self, stale: Iterable[Reservation]) -> None:
-        """Idempotent reservations never confirmed: close them so the HW can move on."""
-        parts = []
-        for r in stale:
-            path = layout.segment_path(r.topic, r.partition, r.base)
-            await self.io.call(self.storage.put_if_absent, path, b"")
-            parts.append(r.where)
-        log.info("fenced %d unconfirmed idempotent reservations", len(parts))
-        await self.commits.commit([LogRecord("fence", {"id": "", "parts": parts})])
-        await self.request_stable()

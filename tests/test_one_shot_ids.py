@@ -40,7 +40,7 @@ def _factory(c: TransactionCoordinator, rec: Any) -> TxnLog:
 async def _started(st: Storage, retention_ms: int) -> TransactionCoordinator:
     c = TransactionCoordinator(st, one_shot_id_retention_ms=retention_ms)
     await c.start(_factory, await asyncio.to_thread(recover, st))
-    c._timer_task.cancel()  # type: ignore[union-attr]  # the tests run the check by hand
+    await c.timers.stop()  # the tests run the check by hand
     return c
 
 
@@ -111,14 +111,14 @@ def _tombstones(st: Storage) -> list[str]:
 def test_a_retried_end_within_the_retention_period_answers_as_before(tmp_path: Path) -> None:
     async def body(c: TransactionCoordinator) -> None:
         w = await _batch_write(c, "txnlog-write-a")
-        await c._check_timers()
+        await c.timers.check()
         assert "txnlog-write-a" in c.txns
         again = await c.end_txn(w["tid"], w["pid"], w["epoch"], True, w["members"])
         assert again["outcome"] == "commit"
         with pytest.raises(errors.InvalidTxnStateError, match="already ended with commit"):
             await c.end_txn(w["tid"], w["pid"], w["epoch"], False)
         aborted = await _batch_write(c, "txnlog-write-b", commit=False)
-        await c._check_timers()
+        await c.timers.check()
         assert (await c.end_txn(aborted["tid"], aborted["pid"], aborted["epoch"],
                                 False))["outcome"] == "abort"
     _run(tmp_path, HOUR_MS, body)
@@ -127,7 +127,7 @@ def test_a_retried_end_within_the_retention_period_answers_as_before(tmp_path: P
 def test_after_the_retention_period_the_id_is_dropped_by_a_record(tmp_path: Path) -> None:
     async def body(c: TransactionCoordinator) -> None:
         w = await _batch_write(c, "txnlog-write-a")
-        await c._check_timers()
+        await c.timers.check()
         assert "txnlog-write-a" not in c.txns
         assert w["pid"] not in c.state.producers
         assert not any(ps.member for ps in c.state.producers.values())
@@ -150,9 +150,9 @@ def test_many_ids_come_due_together_in_one_append(tmp_path: Path) -> None:
     async def body(c: TransactionCoordinator) -> None:
         for i in range(20):
             await _batch_write(c, f"txnlog-write-{i}")
-        c.one_shot_retention_ms = 0
+        c.timers.one_shot_retention_ms = 0
         before = c.log.next_offset  # type: ignore[union-attr]
-        await c._check_timers()
+        await c.timers.check()
         assert not [t for t in c.txns if t.startswith("txnlog-write-")]
         assert c.log.next_offset == before + 20  # type: ignore[union-attr]
         assert _comparable(_replayed(c)) == _comparable(c.to_snapshot())
@@ -163,11 +163,11 @@ def test_an_open_or_completing_one_shot_id_is_never_dropped(tmp_path: Path) -> N
     async def body(c: TransactionCoordinator) -> None:
         init = await c.init_producer_id("txnlog-write-open", 60_000, True)
         m = await c.add_member("txnlog-write-open", init["producer_id"], init["epoch"], "p0")
-        await c._check_timers()  # Empty (never released) and then Ongoing: both kept
+        await c.timers.check()  # Empty (never released) and then Ongoing: both kept
         assert c.txns["txnlog-write-open"].state is TxnState.ONGOING
         await c.reserve(m["producer_id"], 0, [{"topic": TOPIC, "partition": 0,
                                                "base_sequence": 0, "count": 1}])
-        await c._check_timers()
+        await c.timers.check()
         assert c.txns["txnlog-write-open"].one_shot_done_ms() is None
         assert "txnlog-write-open" in c.txns
     _run(tmp_path, 0, body)
@@ -177,13 +177,13 @@ def test_a_one_shot_id_that_never_opened_a_transaction_is_released_by_its_abort(
         tmp_path: Path) -> None:
     async def body(c: TransactionCoordinator) -> None:
         init = await c.init_producer_id("txnlog-write-empty", 60_000, True)
-        await c._check_timers()
+        await c.timers.check()
         assert "txnlog-write-empty" in c.txns  # a long stage before the first task: kept
         res = await c.end_txn("txnlog-write-empty", init["producer_id"], init["epoch"], False)
         assert res["outcome"] == "abort"
         assert c.txns["txnlog-write-empty"].released
         assert _comparable(_replayed(c)) == _comparable(c.to_snapshot())
-        await c._check_timers()
+        await c.timers.check()
         assert "txnlog-write-empty" not in c.txns
     _run(tmp_path, 0, body)
 
@@ -192,12 +192,12 @@ def test_a_one_shot_id_that_never_opened_a_transaction_is_released_by_its_abort(
 def test_reusable_ids_keep_kafkas_expiration(tmp_path: Path) -> None:
     async def body(c: TransactionCoordinator) -> None:
         w = await _batch_write(c, "streaming-sink", one_shot=False)
-        await c._check_timers()
+        await c.timers.check()
         assert "streaming-sink" in c.txns and not c.txns["streaming-sink"].one_shot
         again = await c.end_txn(w["tid"], w["pid"], w["epoch"], True, w["members"])
         assert again["outcome"] == "commit"
-        c.expiration_ms = 0  # Kafka's transactional.id.expiration.ms still applies
-        await c._check_timers()
+        c.timers.expiration_ms = 0  # Kafka's transactional.id.expiration.ms still applies
+        await c.timers.check()
         assert "streaming-sink" not in c.txns
     _run(tmp_path, 0, body)
 
@@ -224,11 +224,11 @@ def test_the_snapshot_stays_flat_over_many_one_shot_writes(tmp_path: Path) -> No
     snapshot bytes of reusable ids are what they were before one-shot ids existed."""
     async def body(c: TransactionCoordinator) -> tuple[int, int]:
         await _batch_write(c, "txnlog-write-first")
-        await c._check_timers()
+        await c.timers.check()
         small = len(json.dumps(c.to_snapshot()))
         for i in range(60):
             await _batch_write(c, f"txnlog-write-{i}")
-            await c._check_timers()
+            await c.timers.check()
         return small, len(json.dumps(c.to_snapshot()))
     small, after = _run(tmp_path, 0, body)
     assert after <= small + 64  # the partitions' offsets grew a few digits, nothing else
@@ -238,7 +238,7 @@ def test_a_coordinator_with_the_retention_switched_off_keeps_them(tmp_path: Path
     async def body(c: TransactionCoordinator) -> int:
         for i in range(5):
             await _batch_write(c, f"txnlog-write-{i}")
-        await c._check_timers()
+        await c.timers.check()
         return sum(1 for t in c.txns if t.startswith("txnlog-write-"))
     assert _run(tmp_path, HOUR_MS, body) == 5
 
@@ -263,7 +263,7 @@ def test_an_old_root_recovers_and_its_ids_stay_reusable(tmp_path: Path) -> None:
             done = c.completer.in_flight(tid)
             assert done is not None
             await done
-        await c._check_timers()
+        await c.timers.check()
         tids = sorted(c.txns)
         snap = c.to_snapshot()
         await c.stop()
