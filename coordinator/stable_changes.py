@@ -21,14 +21,14 @@ partitions in ``unreplicated`` until it is whole below every LSO, and those part
 always recomputed, so atomic visibility does not rest on this list; a missed partition
 would only publish a value late.
 
-The journal watches ``CoordinatorState.apply`` (the state's one mutation point) by
-wrapping it on the instance: the publisher observes what is applied without the state
-knowing about publishing.
+The journal is one of ``CoordinatorState.observers``, told of every record just before
+``apply`` (the state's one mutation point) makes its change: the publisher observes what is
+applied without the state knowing about publishing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .partition_state import partition_key
@@ -77,18 +77,16 @@ class ChangeJournal:
         self.everything = True  # until the first drain: the first head is a full recompute
 
     def attach(self, state: CoordinatorState) -> None:
-        """Observe every record ``state`` applies from now on (wraps its ``apply``)."""
-        apply: Callable[[LogRecord], None] = state.apply
+        """Observe every record ``state`` applies from now on."""
+        state.observers.append(self.observe)
 
-        def observed_apply(rec: LogRecord) -> None:
-            keys = touched(state, rec)
-            if keys is None:
-                self.everything = True
-            else:
-                self.keys |= keys
-            apply(rec)
-
-        state.apply = observed_apply  # type: ignore[method-assign]
+    def observe(self, state: CoordinatorState, rec: LogRecord) -> None:
+        """Note the partitions ``rec`` can change (called just before it is applied)."""
+        keys = touched(state, rec)
+        if keys is None:
+            self.everything = True
+        else:
+            self.keys |= keys
 
     def mark_everything(self) -> None:
         """The next recompute covers every partition (a restore, a takeover)."""

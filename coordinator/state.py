@@ -16,6 +16,7 @@ longer hold an LSO back, which changes no answer (see partition_state.visible_of
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,10 @@ class CoordinatorState:
     # Completed transactions that may still hold LSOs back (Kafka's unreplicatedTxns; the
     # snapshot calls them "held"): see partition_state.visible_offsets.
     unreplicated: list[UnreplicatedTxn] = field(default_factory=list)
+    # Told of every record just before it is applied (the stable publisher's change
+    # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
+    observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
+        default_factory=list, compare=False, repr=False)
 
     # ================================================================== reading
     def txn(self, tid: str) -> Txn:
@@ -124,6 +129,8 @@ class CoordinatorState:
     # ==================================================================== apply
     def apply(self, rec: LogRecord) -> None:
         """Make the change ``rec`` describes (live, and again on replay)."""
+        for observe in self.observers:
+            observe(self, rec)
         getattr(self, f"_apply_{rec.kind}")(rec.data)
 
     def apply_all(self, records: list[LogRecord]) -> None:
@@ -378,6 +385,7 @@ class CoordinatorState:
     def restore(self, s: dict[str, Any]) -> None:
         """Replace this state by a snapshot's, in place (the coordinator keeps one object)."""
         other = CoordinatorState.from_snapshot(s)
+        other.observers = self.observers
         self.__dict__.update(other.__dict__)
 
     def load(self, snapshot: dict[str, Any] | None, records: list[LogRecord]) -> None:
