@@ -5,7 +5,9 @@ the point is reached, default 1), e.g. ``after_prepare`` or ``after_marker:2``. 
 production default) every check is a dictionary lookup on an empty dict.
 
 Points: before_prepare, after_prepare, after_marker, after_complete_before_reply,
-mid_snapshot, after_reserve, after_log_write.
+mid_snapshot, after_reserve, after_log_write, after_merge_plan (a merge is logged, its output
+not written), after_merge_output (output written, manifest not), after_merge_manifest
+(manifest written, ``merged`` not logged).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import signal
 
 POINTS = frozenset({"before_prepare", "after_prepare", "after_marker",
                     "after_complete_before_reply", "mid_snapshot", "after_reserve",
-                    "after_log_write"})
+                    "after_log_write", "after_merge_plan", "after_merge_output",
+                    "after_merge_manifest"})
 
 log = logging.getLogger("txnlog.coordinator.faults")
 

@@ -29,6 +29,7 @@ from txnlog.log_format.storage import Storage
 from .api import CoordinatorApi, ServingState
 from .errors import CoordinatorError, NotCoordinatorError
 from .http_server import HttpServer
+from .merge_policy import MergeSettings
 from .metrics import Metrics
 from .transaction_coordinator import ONE_SHOT_ID_RETENTION_MS, TransactionCoordinator
 from .txn_log import Recovered, TxnLog, recover
@@ -47,6 +48,14 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out)
+
+
+def _at_least_two(text: str) -> int:
+    """argparse type: an int >= 2 (a clear usage error otherwise)."""
+    value = _non_negative_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be >= 2, got {value}")
+    return value
 
 
 def _non_negative_int(text: str) -> int:
@@ -93,6 +102,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-every-s", type=float, default=5.0,
                         help="... or this many seconds with records, whichever comes first")
     parser.add_argument("--stable-keep", type=int, default=10)
+    parser.add_argument("--no-merge", action="store_true",
+                        help="do not merge small objects into segments (nor delete them)")
+    parser.add_argument("--merge-min-objects", type=_at_least_two, default=32,
+                        help="small objects below the LSO that make a run (default 32)")
+    parser.add_argument("--merge-fanout", type=_at_least_two, default=8,
+                        help="runs of one level that make a run of the next (default 8)")
+    parser.add_argument("--merge-interval-s", type=float, default=1.0,
+                        help="how often partitions are looked at for merging (default 1)")
     parser.add_argument("--no-register", action="store_true",
                         help="do not write _coordinator.json")
     parser.add_argument("--log-level", default=os.environ.get("TXNLOG_LOG_LEVEL", "INFO"))
@@ -137,7 +154,11 @@ class CoordinatorServer:
             self.storage, max_transaction_timeout_ms=args.max_transaction_timeout_ms,
             transactional_id_expiration_ms=args.transactional_id_expiration_ms,
             reservation_timeout_ms=args.reservation_timeout_ms, stable_keep=args.stable_keep,
-            one_shot_id_retention_ms=args.one_shot_id_retention_ms)
+            one_shot_id_retention_ms=args.one_shot_id_retention_ms,
+            merge_settings=MergeSettings(min_objects=args.merge_min_objects,
+                                         fanout=args.merge_fanout,
+                                         interval_s=args.merge_interval_s),
+            merging=not args.no_merge)
         self.metrics = Metrics(self.coordinator)
         self.coordinator.metrics = self.metrics
         self.state = ServingState()

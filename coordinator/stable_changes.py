@@ -13,7 +13,8 @@ change are a function of the record and the state just before it:
 - ``txn``: the transaction's partitions, and those of its plan (markers, verified
   reservations), as they were before it is applied (Complete clears them) and as the record
   carries them (Prepare's plan);
-- ``takeover``, ``pid_block``, ``producer``, ``member``, ``batch``, ``offsets``: none;
+- ``takeover``, ``pid_block``, ``producer``, ``member``, ``batch``, ``offsets``, and the
+  merge records (``merge``, ``merged``, ``cleaned``: merging moves no HW or LSO): none;
 - any other kind (one added later): every partition, until the next full recompute.
 
 What a missed partition would cost is bounded: a committed or aborted transaction holds its
@@ -35,7 +36,8 @@ from .partition_state import partition_key
 from .state import CoordinatorState
 from .txn_log_records import LogRecord
 
-NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets"})
+NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets",
+                           "merge", "merged", "cleaned"})
 
 
 def _plan_keys(plan: Any) -> Iterable[str]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .completion_plan import CompletionPlan
 from .errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
+from .merge_state import PartitionMerges, apply_cleaned, apply_merge, apply_merged
 from .partition_state import (
     PartitionOffset,
     PartitionState,
@@ -57,6 +58,8 @@ class CoordinatorState:
     # Completed transactions that may still hold LSOs back (Kafka's unreplicatedTxns; the
     # snapshot calls them "held"): see partition_state.visible_offsets.
     unreplicated: list[UnreplicatedTxn] = field(default_factory=list)
+    # Per partition key: its merged objects, the merge under way, garbage (merge_state.py).
+    merges: dict[str, PartitionMerges] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -136,6 +139,15 @@ class CoordinatorState:
     def apply_all(self, records: list[LogRecord]) -> None:
         for rec in records:
             self.apply(rec)
+
+    def _apply_merge(self, d: dict[str, Any]) -> None:
+        apply_merge(self.merges, d)
+
+    def _apply_merged(self, d: dict[str, Any]) -> None:
+        apply_merged(self.merges, d)
+
+    def _apply_cleaned(self, d: dict[str, Any]) -> None:
+        apply_cleaned(self.merges, d)
 
     def _apply_takeover(self, d: dict[str, Any]) -> None:
         self.coordinator_epoch = d["epoch"]
@@ -349,6 +361,9 @@ class CoordinatorState:
                      for t in self.txns.values()],
             "group_offsets": self.group_offsets,
             "held": [e.to_json() for e in self.unreplicated],
+            # only when something was merged, so snapshots of unmerged roots keep their bytes
+            **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
+               if self.merges else {}),
         }
 
     @classmethod
@@ -380,6 +395,7 @@ class CoordinatorState:
                       one_shot=bool(t.get("one_shot")), released=bool(t.get("released")))
             st.txns[txn.tid] = txn
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
+        st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

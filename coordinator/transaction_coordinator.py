@@ -52,6 +52,8 @@ from .errors import (
     validate_topic_name,
 )
 from .group_offsets import GroupOffsets
+from .log_merger import LogMerger
+from .merge_policy import MergeSettings
 from .partition_state import (
     Offsets,
     PartitionOffset,
@@ -90,7 +92,8 @@ class TransactionCoordinator:
                  transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000,
                  reservation_timeout_ms: int = 60_000, stable_keep: int = 10,
                  io_threads: int = 64, observer: Observer | None = None,
-                 one_shot_id_retention_ms: int = ONE_SHOT_ID_RETENTION_MS) -> None:
+                 one_shot_id_retention_ms: int = ONE_SHOT_ID_RETENTION_MS,
+                 merge_settings: MergeSettings | None = None, merging: bool = True) -> None:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
         self.state = CoordinatorState()
@@ -108,6 +111,8 @@ class TransactionCoordinator:
             expiration_ms=transactional_id_expiration_ms,
             one_shot_retention_ms=one_shot_id_retention_ms,
             reservation_timeout_ms=reservation_timeout_ms)
+        self.merger = LogMerger(self.state, self.commits, self.io, self._published_lso,
+                                self.observer, merge_settings, merging)
 
     # ========================================================== state, for callers
     @property
@@ -157,6 +162,11 @@ class TransactionCoordinator:
         """A future that resolves once a stable snapshot taken after now is written."""
         return self.publisher.request()
 
+    def _published_lso(self, topic: str, partition: int) -> int:
+        """The LSO of the newest stable head written: merging stays below it."""
+        written = self.publisher.written
+        return 0 if written is None else written.lso(topic, partition)
+
     def open_transactions(self) -> int:
         """Transactions not Empty/Complete* (a gauge, and the idle-exit check)."""
         return sum(1 for t in self.state.txns.values() if not t.state.is_idle)
@@ -178,6 +188,7 @@ class TransactionCoordinator:
         self.publisher.on_fatal = txn_log.stop_fatally
         await self.publisher.start()
         self.timers.start()
+        self.merger.start()
         for txn in list(self.state.txns.values()):
             txn.last_heartbeat = time.monotonic()
             if txn.state.is_prepare:
@@ -190,6 +201,7 @@ class TransactionCoordinator:
         await self.completer.drain()
         if self.commits.log is not None:
             await self.commits.log.close()
+        await self.merger.stop()
         await self.timers.stop()
         await self.publisher.stop()
         self.io.shutdown()
@@ -197,6 +209,7 @@ class TransactionCoordinator:
     async def halt(self) -> None:
         """Stop every task at once, with no graceful step: what SIGKILL leaves (what is
         durable stays, nothing else runs). Tests stand in for a crash with this."""
+        await self.merger.stop()
         await self.timers.stop()
         await self.publisher.halt()
         await self.completer.halt()

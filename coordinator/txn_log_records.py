@@ -41,6 +41,9 @@ OWN_KINDS: dict[str, int] = {
     "fence": 1007,        # reserved ranges closed by a 0-byte object (never written)
     "offsets": 1008,      # consumer-group offsets added to a transaction
     "batch": 1009,        # a streaming batch began under a transactional id
+    "merge": 1010,        # a merge of a partition's objects was planned (merge_state.py)
+    "merged": 1011,       # its output and manifest are durable: readers use them
+    "cleaned": 1012,      # objects it replaced are deleted (after the grace period)
 }
 KIND_OF_TYPE = {v: k for k, v in OWN_KINDS.items()}
 

@@ -10,6 +10,7 @@ benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte.
 - ``crc``, ``varint``, ``compression``: checksums, varints, the five codecs
 - ``batch_header``, ``records``, ``control``: record batches, records, transaction markers
 - ``indexes``: ``.index``, ``.timeindex``, ``.txnindex``
+- ``segment_merge``: a run of objects merged into one segment with its indexes
 - ``partitioner``: murmur2 partition choice
 - ``consumer_offsets``: the ``__consumer_offsets`` records and partition choice
 - ``arrow_codec`` (over ``arrow_scan``, ``arrow_decode``, ``arrow_encode`` and the numba
@@ -23,6 +24,7 @@ benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte.
 - ``dir_sync``: grouped directory fsyncs for local put-if-absent
 - ``layout``: every object name under a root; ``TopicPartition``
 - ``topics``: topic metadata; ``stable``: the stable-offset snapshots (HW/LSO)
+- ``manifest``: a partition's merged objects (segments and runs) below its merged end
 - ``reader``: ``PartitionReader`` (offset range -> Arrow, read_committed)
 - ``consumer``: a Python consumer over the reader (the producer needs the coordinator, so
   it lives in ``txnlog.coordinator``; dependencies point datasource -> coordinator ->

@@ -38,6 +38,14 @@ _SEGMENT_RE = re.compile(r"(\d{20})(\.[a-z]+)")
 _STABLE_RE = re.compile(r"(\d{10})-(\d{20})\.json")
 _STABLE_BASE_RE = re.compile(r"(\d{10})-(\d{20})\.base\.json")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(0|[1-9]\d*)")
+_MANIFEST_RE = re.compile(r"(\d{20})\.json")
+
+# Merged objects (DESIGN.md 8): level 0 is the closed Kafka segments, levels >= 1 the runs
+# that make up a partition's open segment; each directory is a Kafka log dir of its own.
+SEGMENTS_DIR = "segments"
+RUNS_DIR = "runs"
+MANIFEST_DIR = "manifest"
+MAX_MERGE_LEVEL = 64
 
 
 class TopicPartition(NamedTuple):
@@ -175,3 +183,36 @@ def txn_state_snapshot_path(offset: int) -> str:
 
 def consumer_offsets_dir(partition: int) -> str:
     return partition_dir(CONSUMER_OFFSETS_TOPIC, partition)
+
+
+def merged_dir(topic: str, partition: int, level: int) -> str:
+    """Where a partition's merged objects of ``level`` live: ``<t>-<p>/segments`` (level 0,
+    closed segments) or ``<t>-<p>/runs/<level>`` (the open segment's runs)."""
+    if not isinstance(level, int) or isinstance(level, bool) \
+            or not 0 <= level <= MAX_MERGE_LEVEL:
+        raise ValueError(f"merge level must be an int in [0, {MAX_MERGE_LEVEL}], got {level!r}")
+    sub = SEGMENTS_DIR if level == 0 else f"{RUNS_DIR}/{level}"
+    return f"{partition_dir(topic, partition)}/{sub}"
+
+
+def manifest_dir(topic: str, partition: int) -> str:
+    return f"{partition_dir(topic, partition)}/{MANIFEST_DIR}"
+
+
+def manifest_name(seq: int) -> str:
+    """A manifest's name sorts *newest first*: 20 digits of ``MAX_OFFSET - seq``, so one
+    LIST with MaxKeys=1 finds the newest, however many older ones wait for deletion."""
+    seq = _validate_offset(seq, "manifest seq")
+    return f"{MAX_OFFSET - seq:0{OFFSET_DIGITS}d}.json"
+
+
+def parse_manifest_name(name: str) -> int | None:
+    """The seq of a manifest name, or None for anything else."""
+    m = _MANIFEST_RE.fullmatch(name)
+    if m is None or int(m.group(1)) > MAX_OFFSET:
+        return None
+    return MAX_OFFSET - int(m.group(1))
+
+
+def manifest_path(topic: str, partition: int, seq: int) -> str:
+    return f"{manifest_dir(topic, partition)}/{manifest_name(seq)}"

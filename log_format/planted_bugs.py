@@ -21,6 +21,10 @@ Names and where they act:
 - ``one_shot_early_drop``: the coordinator drops a one-shot transactional id as soon as its
   transaction is decided, without the retention period a retried EndTxn relies on
   (coordinator/transaction_coordinator.py)
+- ``trust_merged_away``: readers ignore the manifest and read the small objects below the
+  merged end, which may be deleted or a zombie's late write (log_format/reader.py)
+- ``delete_before_grace``: the merger deletes merged-away objects at once, without the grace
+  period readers in flight rely on (coordinator/log_merger.py)
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import os
 
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
-                   "one_shot_early_drop", "delta_omits_partition"})
+                   "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
+                   "delete_before_grace"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -43,12 +44,14 @@ from .indexes import (
 from .layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    OFFSET_DIGITS,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     parse_segment_name,
     partition_dir,
     validate_partition,
 )
+from .manifest import MIN_GRACE_MS, PartitionManifest, read_latest_manifest
 from .planted_bugs import enabled as planted_bug_enabled
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
@@ -57,6 +60,7 @@ IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 DEFAULT_CHUNK_BYTES = 16 << 20
 DEFAULT_PREFETCH = 4
+READ_ATTEMPTS = 5  # listings of one read (objects merged away under it make it list again)
 _BATCH_OVERHEAD = 12  # baseOffset int64 + batchLength int32: what batchLength does not count
 _MIN_BATCH_LENGTH = 49  # a 61-byte header minus the 12 above
 
@@ -90,6 +94,15 @@ class Segment:
     end_offset: int | None
     has_index: bool = False
     has_timeindex: bool = False
+    merged: bool = False  # a merged object named by the manifest (not a small object)
+
+    def sibling(self, suffix: str) -> str:
+        """The path of its index of ``suffix`` (beside it, same base offset)."""
+        return self.path[:-len(LOG_SUFFIX)] + suffix
+
+
+class _StaleListing(Exception):
+    """A listing older than the grace period may not be trusted for small objects."""
 
 
 @dataclass(frozen=True)
@@ -143,9 +156,11 @@ class PartitionReader:
         self.prefetch = max(1, prefetch)
         self._snapshot = snapshot
         self._segments: list[Segment] = []
-        self._txnindexes: list[int] = []  # base offsets of .txnindex objects
+        self._txnindexes: list[tuple[int, str]] = []  # (base offset, path) of .txnindex objects
         self._listed_hw: int | None = None
-        self._txn_cache: dict[int, list[AbortedTxn]] = {}
+        self._listed_at = 0.0  # time.monotonic() of the listing
+        self._manifest: PartitionManifest | None = None
+        self._txn_cache: dict[str, list[AbortedTxn]] = {}
 
     # ---- bounds ------------------------------------------------------------------------
     def refresh(self) -> StableSnapshot | None:
@@ -180,8 +195,10 @@ class PartitionReader:
         return self.high_watermark()
 
     def earliest_offset(self) -> int:
-        """The base offset of the first segment object (0 for an empty partition)."""
+        """The log start offset: the manifest's, else the first object's (0 if empty)."""
         segs = self.segments()
+        if self._manifest is not None:
+            return self._manifest.start_offset
         return segs[0].base_offset if segs else 0
 
     # ---- listing -----------------------------------------------------------------------
@@ -193,31 +210,63 @@ class PartitionReader:
         return self._segments
 
     def _list(self, hw: int) -> None:
+        """The newest manifest's merged objects below its merged end M, then the small
+        objects at or above M: a LIST of at most one key, a GET, and a LIST that starts at
+        M (S3 StartAfter) — bounded whatever the history (issue 12). Small objects below M
+        are never used: their names may have been freed and taken by a zombie."""
+        listed_at = time.monotonic()
+        man = read_latest_manifest(self.storage, self.topic, self.partition)
+        if man is not None and planted_bug_enabled("trust_merged_away"):
+            # planted bug (chaos self-test): the small objects, as if nothing were merged —
+            # deleted ones leave holes, a zombie's late write into a freed name shows
+            man = None
+        merged_end = man.end_offset if man is not None else 0
+        segs: list[Segment] = []
+        txn: list[tuple[int, str]] = []
+        if man is not None:
+            for o in man.objects:
+                path = o.path(self.topic, self.partition)
+                segs.append(Segment(o.base_offset, o.size, path, o.end_offset, True, True,
+                                    merged=True))
+                if o.has_txnindex:
+                    txn.append((o.base_offset, o.path(self.topic, self.partition,
+                                                      TXNINDEX_SUFFIX)))
         logs: list[tuple[int, int]] = []
         index: set[int] = set()
         timeindex: set[int] = set()
-        txn: list[int] = []
-        for obj in self.storage.list(self.dir):
+        after = f"{merged_end:0{OFFSET_DIGITS}d}" if merged_end > 0 else None
+        for obj in self.storage.list(self.dir, start_after=after):
             parsed = parse_segment_name(obj.name)
-            if parsed is None:
+            if parsed is None or parsed.base_offset < merged_end:
                 continue
             if parsed.suffix == LOG_SUFFIX:
                 logs.append((parsed.base_offset, obj.size))
             elif parsed.suffix == TXNINDEX_SUFFIX:
-                txn.append(parsed.base_offset)
+                txn.append((parsed.base_offset, f"{self.dir}/{obj.name}"))
             elif parsed.suffix == INDEX_SUFFIX:
                 index.add(parsed.base_offset)
             elif parsed.suffix == TIMEINDEX_SUFFIX:
                 timeindex.add(parsed.base_offset)
         logs.sort()
-        segs = []
         for i, (base, size) in enumerate(logs):
             end = logs[i + 1][0] if i + 1 < len(logs) else None
             segs.append(Segment(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", end,
                                 base in index, base in timeindex))
         self._segments = segs
+        self._manifest = man
         self._txnindexes = sorted(txn)
         self._listed_hw = hw
+        self._listed_at = listed_at
+
+    def _max_listing_age(self) -> float:
+        """How long a listing may be trusted for small objects: half the grace period after
+        which merged small objects are deleted (the manifest carries it), and half the
+        shortest one before anything was merged."""
+        grace_ms = self._manifest.grace_ms if self._manifest is not None else MIN_GRACE_MS
+        return max(0.0, grace_ms / 2000.0)
+
+    def _relist(self) -> None:
+        self._list(self.high_watermark())
 
     def _first_segment(self, offset: int) -> int:
         """Index of the segment holding `offset` (0 if it lies before every segment)."""
@@ -229,19 +278,18 @@ class PartitionReader:
         """Kafka's fetch-side collection (LocalLog.addAbortedTransactions) for [start, end)."""
         segs = self.segments()
         from_base = segs[self._first_segment(start)].base_offset if segs else 0
-        bases = [b for b in self._txnindexes if b >= from_base]
+        paths = [p for b, p in self._txnindexes if b >= from_base]
         found: list[AbortedTxn] = []
         pool = io_pool()
-        for i in range(0, len(bases), self.prefetch):
-            group = bases[i:i + self.prefetch]
-            missing = [b for b in group if b not in self._txn_cache]
-            futures = {b: pool.submit(self.storage.get, f"{self.dir}/{b:020d}{TXNINDEX_SUFFIX}")
-                       for b in missing}
-            for b, fut in futures.items():
-                self._txn_cache[b] = decode_txn_index(
-                    fut.result(), source=f"{self.storage.url}/{self.dir}/{b:020d}.txnindex")
-            for b in group:
-                entries, complete = collect_aborted_txns(self._txn_cache[b], start, end)
+        for i in range(0, len(paths), self.prefetch):
+            group = paths[i:i + self.prefetch]
+            missing = [p for p in group if p not in self._txn_cache]
+            futures = {p: pool.submit(self.storage.get, p) for p in missing}
+            for p, fut in futures.items():
+                self._txn_cache[p] = decode_txn_index(
+                    fut.result(), source=f"{self.storage.url}/{p}")
+            for p in group:
+                entries, complete = collect_aborted_txns(self._txn_cache[p], start, end)
                 found.extend(entries)
                 if complete:
                     return found
@@ -264,20 +312,42 @@ class PartitionReader:
         end = self.bounded_end(end)
         if start >= end:
             return
-        segs = self.segments()
-        if not segs:
-            raise TxnlogError(
-                f"{self.storage.url}/{self.dir}: stable snapshot says offsets up to {end} are "
-                "resolved, but the partition has no segment objects")
-        start = max(start, segs[0].base_offset)
-        aborted = None
-        if self.isolation_level == "read_committed":
-            aborted = AbortedFilter(self.aborted_transactions(start, end))
         pending: ReadChunk | None = None
-        for chunk in self._decode_pieces(self._plan(start, end), start, end, aborted):
-            if pending is not None:
-                yield pending
-            pending = chunk
+        cursor = start
+        relist = False
+        missing = 0  # objects found gone in a row, without progress in between
+        while True:
+            segs = self.segments()
+            if relist or time.monotonic() - self._listed_at > self._max_listing_age():
+                self._relist()
+                segs = self._segments
+            if not segs:
+                raise TxnlogError(
+                    f"{self.storage.url}/{self.dir}: stable snapshot says offsets up to {end} "
+                    "are resolved, but the partition has no segment objects")
+            cursor = max(cursor, segs[0].base_offset)
+            aborted = None
+            before = cursor
+            try:
+                if self.isolation_level == "read_committed":
+                    aborted = AbortedFilter(self.aborted_transactions(cursor, end))
+                for chunk in self._decode_pieces(self._plan(cursor, end), cursor, end,
+                                                 aborted):
+                    if pending is not None:
+                        yield pending
+                    pending = chunk
+                    cursor = chunk.next_offset
+                break
+            except _StaleListing:
+                # a listing too old to trust for small objects: list again, go on from the
+                # cursor (merged objects hold the same bytes)
+                relist = True
+            except FileNotFoundError:
+                # an object merged away and deleted under us: read the newest manifest
+                missing = 0 if cursor > before else missing + 1
+                if missing >= READ_ATTEMPTS:
+                    raise
+                relist = True
         if pending is not None:
             yield ReadChunk(pending.batch, end)
 
@@ -292,6 +362,8 @@ class PartitionReader:
                 return
             if seg.size == 0:  # a fence: an empty segment
                 continue
+            if not seg.merged and time.monotonic() - self._listed_at > self._max_listing_age():
+                raise _StaleListing()
             pos = 0
             if seg.has_index and seg.size > self.chunk_bytes and start > seg.base_offset:
                 pos = self._index_position(seg, start)
@@ -301,7 +373,7 @@ class PartitionReader:
                 pos = stop
 
     def _index_position(self, seg: Segment, target: int) -> int:
-        path = f"{self.dir}/{seg.base_offset:020d}{INDEX_SUFFIX}"
+        path = seg.sibling(INDEX_SUFFIX)
         try:
             entries = decode_offset_index(self.storage.get(path), seg.base_offset)
         except FileNotFoundError:
@@ -379,7 +451,7 @@ class PartitionReader:
 
     def _timestamp_in_segment(self, seg: Segment, ts: int, bound: int) -> int | None:
         if seg.has_timeindex:
-            path = f"{self.dir}/{seg.base_offset:020d}{TIMEINDEX_SUFFIX}"
+            path = seg.sibling(TIMEINDEX_SUFFIX)
             try:
                 entries = decode_time_index(self.storage.get(path), seg.base_offset)
             except FileNotFoundError:

@@ -30,7 +30,7 @@ COMPONENTS = {"log_format": "txnlog.log_format", "coordinator": "txnlog.coordina
               "datasource": "txnlog.datasource"}
 LOG_FORMAT = "txnlog.log_format"
 # The place layer of log_format: modules (or packages) that know where bytes are stored.
-PLACE = ("storage", "layout", "topics", "stable", "reader", "consumer", "dir_sync")
+PLACE = ("storage", "layout", "topics", "stable", "manifest", "reader", "consumer", "dir_sync")
 # What each component must not import (the one-way dependency).
 FORBIDDEN = {
     "txnlog.log_format": ("txnlog.coordinator", "txnlog.datasource", "pyspark_txnlog"),

@@ -149,8 +149,15 @@ class Storage:
             return False
         return True
 
-    def list(self, directory: str) -> list[ObjectInfo]:
-        """Objects directly under `directory`, sorted by name; [] if there are none."""
+    def list(self, directory: str, start_after: str | None = None,
+             limit: int | None = None) -> list[ObjectInfo]:
+        """Objects directly under `directory`, sorted by name; [] if there are none.
+
+        ``start_after``: only names sorting after it (S3's ListObjectsV2 StartAfter: the
+        listing costs what follows, not what precedes it — how a reader finds a partition's
+        newest objects without listing its history). ``limit``: at most that many, the
+        first ones (S3's MaxKeys).
+        """
         raise NotImplementedError
 
     def delete(self, path: str) -> None:

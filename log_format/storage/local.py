@@ -201,7 +201,8 @@ class LocalStorage(Storage):
             raise FileNotFoundError(errno.ENOENT, "not an object (a directory)", full)
         return st.st_size
 
-    def list(self, directory: str) -> list[ObjectInfo]:
+    def list(self, directory: str, start_after: str | None = None,
+             limit: int | None = None) -> list[ObjectInfo]:
         full = self._full(directory) if directory.strip("/") else self.base
         try:
             entries = list(os.scandir(full))
@@ -211,12 +212,16 @@ class LocalStorage(Storage):
         for entry in entries:
             if _TEMP_MARK in entry.name:
                 continue
+            if start_after is not None and entry.name <= start_after:
+                continue
             try:
                 if entry.is_file():
                     out.append(ObjectInfo(entry.name, entry.stat().st_size))
             except FileNotFoundError:  # deleted while listing
                 continue
         out.sort()
+        if limit is not None:
+            del out[limit:]
         return out
 
     def list_dirs(self, directory: str = "") -> list[str]:

@@ -276,11 +276,47 @@ class S3Storage(Storage):
         return self._retrying("LIST", directory or ".", lambda: self._call(
             "LIST", directory or ".", ls))
 
-    def list(self, directory: str) -> list[ObjectInfo]:
-        out = [ObjectInfo(e["name"].rstrip("/").rsplit("/", 1)[-1], int(e.get("size") or 0))
-               for e in self._ls(directory) if e.get("type") == "file"]
-        out.sort()
-        return out
+    def list(self, directory: str, start_after: str | None = None,
+             limit: int | None = None) -> list[ObjectInfo]:
+        if start_after is None and limit is None:
+            out = [ObjectInfo(e["name"].rstrip("/").rsplit("/", 1)[-1],
+                              int(e.get("size") or 0))
+                   for e in self._ls(directory) if e.get("type") == "file"]
+            out.sort()
+            return out
+        return self._list_from(directory, start_after, limit)
+
+    def _list_from(self, directory: str, start_after: str | None,
+                   limit: int | None) -> list[ObjectInfo]:
+        """ListObjectsV2 with StartAfter/MaxKeys, page by page (s3fs's ``ls`` has neither:
+        it lists the whole prefix)."""
+        dir_key = self._dir_key(directory).rstrip("/")
+        bucket, _, prefix = dir_key.partition("/")
+        prefix = f"{prefix}/" if prefix else ""
+
+        def pages() -> list[ObjectInfo]:
+            out: list[ObjectInfo] = []
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+            if start_after is not None:
+                kwargs["StartAfter"] = prefix + start_after
+            while True:
+                if limit is not None:
+                    kwargs["MaxKeys"] = min(1000, limit - len(out))
+                try:
+                    resp = self.fs.call_s3("list_objects_v2", **kwargs)
+                except FileNotFoundError:
+                    return out
+                for c in resp.get("Contents", ()):
+                    name = c["Key"][len(prefix):]
+                    if name and "/" not in name:
+                        out.append(ObjectInfo(name, int(c.get("Size") or 0)))
+                if (limit is not None and len(out) >= limit) or not resp.get("IsTruncated"):
+                    return out[:limit] if limit is not None else out
+                kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+                kwargs.pop("StartAfter", None)
+
+        return self._retrying("LIST", directory or ".", lambda: self._call(
+            "LIST", directory or ".", pages))
 
     def list_dirs(self, directory: str = "") -> list[str]:
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1]

@@ -1,0 +1,410 @@
+"""Merging small objects into Kafka segments, and deleting what was merged (issue 12).
+
+Kafka's brokers append to a segment file and roll it at ``segment.bytes``/``segment.ms``;
+object storage has no append, so every commit leaves small objects. The coordinator is the
+one writer of a root and is fenced by its log, so it is the natural owner of what a broker's
+``LocalLog``/``LogCleaner`` threads do: this role, running in the background of the
+coordinator's loop, turns the small objects below the published LSO into runs and closed
+Kafka segments (``merge_policy``), and deletes what was merged once the grace period for
+readers in flight (``file.delete.delay.ms``) has passed.
+
+One merge of a partition, in order (``merge_state`` holds the records):
+
+1. list the partition's small objects from its merged end M (S3 StartAfter: bounded by what
+   is not merged yet, not by history); choose (``merge_policy.choose_merge``);
+2. read the inputs and build the output (``log_format.segment_merge``: batches byte for
+   byte, with ``.index``/``.timeindex``/``.txnindex``);
+3. log ``merge`` with every input's size and CRC32C and the output's size: from here a
+   restarted coordinator finishes the same merge with the same bytes (it reads the inputs
+   again and refuses them if a CRC differs);
+4. write the output put-if-absent, then the next manifest (which names it);
+5. log ``merged``: M moves, the replaced objects become garbage with a due time.
+
+Deleting is idempotent and runs after the due time; ``cleaned`` records what is gone. A
+name freed that way can be taken by a zombie's late put-if-absent: readers never look below
+M, and the next cleanup deletes whatever appeared there (a sweep below what is long merged).
+
+Merging never holds the commit path: it reads and writes on its own threads, appends two
+records per merge, and one partition is merged at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from txnlog.log_format import layout, planted_bugs
+from txnlog.log_format.crc import crc32c
+from txnlog.log_format.errors import LogFormatError
+from txnlog.log_format.manifest import DEFAULT_GRACE_MS, MIN_GRACE_MS, MergedObject
+from txnlog.log_format.segment_merge import MergedSegment, merge_segment
+from txnlog.log_format.segment_merge import MergeInput as SegmentInput
+from txnlog.log_format.storage import StorageError
+
+from . import faults
+from .merge_policy import (
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_MS,
+    Choice,
+    MergeSettings,
+    SmallObject,
+    choose_merge,
+)
+from .merge_state import SMALL, MergeInput, MergePlan, PartitionMerges
+from .partition_state import partition_key
+from .runtime import Commits, Observer, StorageIO
+from .stable_changes import touched
+from .state import CoordinatorState
+from .txn_log_records import LogRecord
+
+log = logging.getLogger("txnlog.coordinator.log_merger")
+
+SWEEP_KEYS = 1000  # one LIST page: the sweep for zombie objects below the cleaned range
+MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
+
+
+class MergeRefused(Exception):
+    """A merge that must not go on: an input changed since it was planned, or an output
+    name holds other bytes. The partition is left alone (logged, counted)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _config_int(config: dict[str, Any], name: str, default: int, minimum: int) -> int:
+    raw = config.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw))
+    except ValueError:
+        log.warning("topic config %s=%r is not an integer; using %d", name, raw, default)
+        return default
+    return max(minimum, value)
+
+
+class LogMerger:
+    """The background merge-and-delete loop of one coordinator."""
+
+    def __init__(self, state: CoordinatorState, commits: Commits, io: StorageIO,
+                 published_lso: Any, observer: Observer,
+                 settings: MergeSettings | None = None, enabled: bool = True) -> None:
+        self.state = state
+        self.commits = commits
+        self.io = io
+        self.storage = io.storage
+        self.published_lso = published_lso  # (topic, partition) -> the published LSO
+        self.observer = observer
+        self.settings = settings or MergeSettings()
+        self.enabled = enabled
+        # partition key -> [records that touched it since it was looked at, first ms]
+        self.dirty: dict[str, list[int]] = {}
+        self.sweep: list[str] = []  # every partition, once, at start (old roots convert)
+        self.refused: set[str] = set()
+        self.merges_done = 0
+        self._task: asyncio.Task[None] | None = None
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="coord-merge")
+        self._wake: asyncio.Event | None = None
+        state.observers.append(self.observe)
+
+    # ------------------------------------------------------------------ what to look at
+    def observe(self, state: CoordinatorState, rec: LogRecord) -> None:
+        """Count the records touching each partition (a commit leaves objects there)."""
+        keys = touched(state, rec)
+        if not keys:
+            return
+        ms = now_ms()
+        for key in keys:
+            entry = self.dirty.get(key)
+            if entry is None:
+                self.dirty[key] = [1, ms]
+            else:
+                entry[0] += 1
+
+    def _candidates(self, now: int) -> list[str]:
+        s = self.settings
+        due = [k for k, (n, first) in self.dirty.items()
+               if n >= s.min_objects or now - first >= s.idle_ms]
+        for key, pm in self.state.merges.items():
+            if pm.open_since_ms and pm.planned is None:
+                topic, _ = self._split(key)
+                cfg = self._config(topic)
+                seg_ms = _config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1)
+                if now - pm.open_since_ms >= seg_ms:
+                    due.append(key)
+        while self.sweep and len(due) < MERGES_PER_TICK:
+            due.append(self.sweep.pop())
+        return [k for k in dict.fromkeys(due) if k not in self.refused]
+
+    def _split(self, key: str) -> tuple[str, int]:
+        parsed = layout.parse_partition_dir(key)
+        if parsed is None:
+            raise ValueError(f"not a partition key: {key!r}")
+        return parsed
+
+    def _config(self, topic: str) -> dict[str, Any]:
+        meta = self.state.topics.get(topic)
+        return dict(meta.get("config") or {}) if meta else {}
+
+    # ------------------------------------------------------------------------ the loop
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
+                      for p in range(int(meta["partitions"]))]
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="merger")
+
+    def kick(self) -> None:
+        """Look at partitions now (tests and benches; the loop also ticks by itself)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except StorageError as exc:
+                self.observer.storage_error()
+                log.warning("merging paused by a storage error: %s", exc)
+            except Exception:
+                log.exception("merging failed; retrying at the next tick")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.interval_s)
+            self._wake.clear()
+
+    async def tick(self) -> int:
+        """Finish planned merges, merge what is due, delete what is due; merges done."""
+        done = 0
+        for key, pm in list(self.state.merges.items()):
+            if pm.planned is not None and key not in self.refused:
+                await self._guarded(key, self._finish(pm.planned))
+                done += 1
+        for key in self._candidates(now_ms()):
+            self.dirty.pop(key, None)
+            while done < MERGES_PER_TICK and await self._guarded(key, self.merge_once(key)):
+                done += 1
+        await self.clean_due()
+        return done
+
+    async def _guarded(self, key: str, coro: Any) -> bool:
+        try:
+            return bool(await coro)
+        except MergeRefused as exc:
+            self.refused.add(key)
+            self.observer.storage_error()
+            log.error("merging %s stopped: %s", key, exc)
+            return False
+
+    # ----------------------------------------------------------------------- one merge
+    async def merge_once(self, key: str) -> bool:
+        """Plan, log, write and publish one merge of partition ``key``; False: none due."""
+        topic, p = self._split(key)
+        if topic not in self.state.topics:
+            return False
+        pm = self.state.merges.get(key) or PartitionMerges()
+        if pm.planned is not None:
+            await self._finish(pm.planned)
+            return True
+        lso = self.published_lso(topic, p)
+        merged_end = pm.merged_end
+        small = await self._list_small(topic, p, merged_end if pm.seq else None, lso)
+        if pm.seq and small and small[0].base_offset != merged_end:
+            raise MergeRefused(f"the first object above the merged end {merged_end} is at "
+                               f"{small[0].base_offset}")
+        cfg = self._config(topic)
+        now = now_ms()
+        choice = choose_merge(
+            pm.open_runs(), small,
+            segment_bytes=_config_int(cfg, "segment.bytes", DEFAULT_SEGMENT_BYTES, 1),
+            segment_ms=_config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1),
+            open_since_ms=pm.open_since_ms, now_ms=now, settings=self.settings)
+        if choice is None:
+            return False
+        inputs, built = await self._build(topic, p, choice)
+        grace = _config_int(cfg, "file.delete.delay.ms", DEFAULT_GRACE_MS, MIN_GRACE_MS)
+        remaining_runs = [r for r in pm.open_runs() if r not in choice.runs]
+        if choice.level == 0:
+            open_since = pm.open_since_ms if remaining_runs else 0
+        else:
+            open_since = pm.open_since_ms if pm.open_runs() else now
+        output = MergedObject(choice.level, built.base_offset, built.end_offset,
+                              len(built.log), built.txnindex is not None, built.max_timestamp)
+        plan = MergePlan(topic, p, pm.seq + 1, tuple(inputs), output, open_since, grace, now)
+        await self.commits.commit([LogRecord("merge", plan.to_record())])
+        faults.point("after_merge_plan")
+        await self._publish(plan, built)
+        return True
+
+    async def _list_small(self, topic: str, p: int, merged_end: int | None,
+                          lso: int) -> list[SmallObject]:
+        """The small objects from M whose successor exists at or below the published LSO."""
+        after = f"{merged_end:0{layout.OFFSET_DIGITS}d}" if merged_end else None
+        listing = await self.io.run(self.storage.list, layout.partition_dir(topic, p), after)
+        logs: list[tuple[int, int]] = []
+        txn: set[int] = set()
+        for obj in listing:
+            parsed = layout.parse_segment_name(obj.name)
+            if parsed is None or (merged_end is not None and parsed.base_offset < merged_end):
+                continue
+            if parsed.suffix == layout.LOG_SUFFIX:
+                logs.append((parsed.base_offset, obj.size))
+            elif parsed.suffix == layout.TXNINDEX_SUFFIX:
+                txn.add(parsed.base_offset)
+        logs.sort()
+        out = []
+        for (base, size), (nxt, _) in itertools.pairwise(logs):
+            if nxt > lso:
+                break
+            out.append(SmallObject(base, nxt, size, base in txn))
+        return out
+
+    def _get(self, path: str) -> bytes:
+        return self.storage.get(path)
+
+    async def _read(self, topic: str, p: int, level: int, base: int, end: int,
+                    has_txnindex: bool) -> tuple[bytes, bytes | None]:
+        if level == SMALL:
+            path = layout.segment_path(topic, p, base)
+            tpath = layout.segment_path(topic, p, base, layout.TXNINDEX_SUFFIX)
+        else:
+            obj = MergedObject(level, base, end, 0)
+            path = obj.path(topic, p)
+            tpath = obj.path(topic, p, layout.TXNINDEX_SUFFIX)
+        loop = asyncio.get_running_loop()
+        data_f = loop.run_in_executor(self._pool, self._get, path)
+        txn_f = loop.run_in_executor(self._pool, self._get, tpath) if has_txnindex else None
+        data = await data_f
+        return data, (await txn_f if txn_f is not None else None)
+
+    async def _build(self, topic: str, p: int, choice: Choice
+                     ) -> tuple[list[MergeInput], MergedSegment]:
+        rows = [(r.level, r.base_offset, r.end_offset, r.has_txnindex) for r in choice.runs]
+        rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex) for s in choice.small]
+        read = await asyncio.gather(*(self._read(topic, p, *row) for row in rows))
+        inputs = [MergeInput(level, base, end, len(data), crc32c(data), txn is not None)
+                  for (level, base, end, _), (data, txn) in zip(rows, read, strict=True)]
+        built = await self._merge(topic, p, rows, read)
+        return inputs, built
+
+    async def _merge(self, topic: str, p: int, rows: list[tuple[int, int, int, bool]],
+                     read: list[tuple[bytes, bytes | None]]) -> MergedSegment:
+        seg_inputs = [SegmentInput(base, end, data, txn, f"{self.storage.url}/"
+                                   f"{layout.partition_dir(topic, p)}@{base}")
+                      for (_, base, end, _), (data, txn) in zip(rows, read, strict=True)]
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._pool, merge_segment, seg_inputs)
+        except LogFormatError as exc:
+            raise MergeRefused(f"inputs cannot be merged: {exc}") from exc
+
+    async def _finish(self, plan: MergePlan) -> bool:
+        """A merge logged but not published (a restart): the same inputs, checked against
+        their CRCs, give the same bytes."""
+        rows = [(i.level, i.base_offset, i.end_offset, i.has_txnindex) for i in plan.inputs]
+        try:
+            read = await asyncio.gather(*(self._read(plan.topic, plan.partition, *row)
+                                          for row in rows))
+        except FileNotFoundError as exc:
+            raise MergeRefused(f"an input of planned merge #{plan.seq} is gone: {exc}") from exc
+        for inp, (data, _) in zip(plan.inputs, read, strict=True):
+            if len(data) != inp.size or crc32c(data) != inp.crc:
+                raise MergeRefused(f"input at {inp.base_offset} (level {inp.level}) of planned "
+                                   f"merge #{plan.seq} holds other bytes than were planned")
+        built = await self._merge(plan.topic, plan.partition, rows, read)
+        if len(built.log) != plan.output.size:
+            raise MergeRefused(f"planned merge #{plan.seq} rebuilt to {len(built.log)} bytes, "
+                               f"not {plan.output.size}")
+        await self._publish(plan, built)
+        return True
+
+    async def _publish(self, plan: MergePlan, built: MergedSegment) -> None:
+        """Write the output and its indexes, then the manifest naming it; log ``merged``."""
+        topic, p, out = plan.topic, plan.partition, plan.output
+        files = [(out.path(topic, p), built.log),
+                 (out.path(topic, p, layout.INDEX_SUFFIX), built.index),
+                 (out.path(topic, p, layout.TIMEINDEX_SUFFIX), built.timeindex)]
+        if built.txnindex is not None:
+            files.append((out.path(topic, p, layout.TXNINDEX_SUFFIX), built.txnindex))
+        await self._put_all(files)
+        faults.point("after_merge_output")
+        pm = self.state.merges[partition_key(topic, p)]
+        manifest = pm.manifest_after(plan)
+        await self._put_all([(manifest.path, manifest.to_json())])
+        faults.point("after_merge_manifest")
+        await self.commits.commit([LogRecord("merged", {
+            "id": partition_key(topic, p), "seq": plan.seq, "ms": now_ms()})])
+        self.merges_done += 1
+        self.observer.object_written("segment" if out.level == 0 else "run")
+        self.observer.object_written("manifest")
+
+    async def _put_all(self, files: list[tuple[str, bytes]]) -> None:
+        loop = asyncio.get_running_loop()
+        oks = await asyncio.gather(*(loop.run_in_executor(
+            self._pool, self.storage.put_if_absent, path, data) for path, data in files))
+        for (path, _), ok in zip(files, oks, strict=True):
+            if not ok:
+                raise MergeRefused(f"{self.storage.url}/{path} holds other bytes than the "
+                                   "merge computes")
+
+    # ------------------------------------------------------------------------- deleting
+    async def clean_due(self, now: int | None = None) -> int:
+        """Delete every garbage row past its due time; objects deleted."""
+        now = now_ms() if now is None else now
+        if planted_bugs.enabled("delete_before_grace"):  # planted bug: no grace at all
+            now = 1 << 62
+        deleted = 0
+        for key, pm in list(self.state.merges.items()):
+            due = 0
+            while due < len(pm.garbage) and pm.garbage[due][0] <= now:
+                due += 1
+            if not due:
+                continue
+            paths = [path for row in pm.garbage[:due] for path in row[1]]
+            await self.io.run(self.storage.delete_many, paths)
+            await self.commits.commit([LogRecord("cleaned", {"id": key, "n": due})])
+            deleted += len(paths) + await self._sweep(key, pm)
+            self.observer.object_written("deleted", len(paths))
+        return deleted
+
+    async def _sweep(self, key: str, pm: PartitionMerges) -> int:
+        """Delete small objects below what every reader has stopped using (all garbage up
+        to the oldest row still waiting is gone): a zombie's late write into a freed name,
+        or an object an earlier cleanup missed."""
+        topic, p = self._split(key)
+        bound = pm.merged_end
+        for _, paths in pm.garbage:  # rows still waiting: their small objects stay
+            for path in paths:
+                name = path.rsplit("/", 1)[-1]
+                parsed = layout.parse_segment_name(name)
+                if parsed is not None and path.count("/") == 1:
+                    bound = min(bound, parsed.base_offset)
+        listing = await self.io.run(self.storage.list, layout.partition_dir(topic, p), None,
+                                    SWEEP_KEYS)
+        stray = []
+        for obj in listing:
+            parsed = layout.parse_segment_name(obj.name)
+            if parsed is not None and parsed.base_offset < bound:
+                stray.append(f"{layout.partition_dir(topic, p)}/{obj.name}")
+        if stray:
+            log.info("deleting %d objects below %s's cleaned range (late writes)", len(stray),
+                     key)
+            await self.io.run(self.storage.delete_many, stray)
+        return len(stray)
+
+    # ------------------------------------------------------------------------ lifecycle
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,112 @@
+"""Which objects to merge next: a size-tiered policy under Kafka's segment rules.
+
+Commits leave small objects (one per partition per commit, plus markers). A Kafka segment
+closes at ``segment.bytes`` or after ``segment.ms``; building it by rewriting it at every
+merge would cost O(segment / commit) writes per byte, so the open segment is kept as a few
+*runs*, merged the way a binary counter carries (size-tiered compaction):
+
+- ``min_objects`` small objects below the published LSO become one run of level 1;
+- ``fanout`` runs of one level become one run of the next level;
+- the open segment closes — all its runs (and the small objects that still fit) become one
+  Kafka segment (level 0) — when the next small object would take it past
+  ``segment.bytes``, when it is older than ``segment.ms``, or when its offsets would no
+  longer fit the 32-bit relative offsets of Kafka's indexes.
+
+A byte is written once as a small object, about once per level it climbs
+(``log_fanout(segment.bytes / object size)`` levels), and once more into the closed segment;
+a partition holds at most ``fanout - 1`` runs per level plus fewer than ``min_objects``
+small objects above its closed segments (and, for the grace period, what was merged away).
+
+Pure: the merger lists, reads and writes; this only decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from txnlog.log_format.manifest import MergedObject
+
+# Kafka's defaults (LogConfig): segment.bytes 1 GiB, segment.ms 7 days.
+DEFAULT_SEGMENT_BYTES = 1 << 30
+DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000
+MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # what a .index entry can hold (int32)
+
+
+@dataclass(frozen=True)
+class SmallObject:
+    """A small object above M whose successor exists below the published LSO: it resolves
+    ``[base_offset, end_offset)`` for good."""
+
+    base_offset: int
+    end_offset: int
+    size: int
+    has_txnindex: bool
+
+
+@dataclass(frozen=True)
+class MergeSettings:
+    """The merger's knobs (coordinator flags); segment size and age are topic configs."""
+
+    min_objects: int = 32
+    fanout: int = 8
+    max_inputs: int = 1000  # objects one merge reads (an old root converts in steps)
+    interval_s: float = 1.0  # how often partitions are looked at
+    idle_ms: int = 30_000  # a partition touched this long ago is looked at even if few
+
+    def __post_init__(self) -> None:
+        if self.min_objects < 2 or self.fanout < 2 or self.max_inputs < 2:
+            raise ValueError("merge min objects, fanout and max inputs must be >= 2")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to merge: these runs (in order) and then these small objects, into ``level``."""
+
+    level: int
+    runs: tuple[MergedObject, ...]
+    small: tuple[SmallObject, ...]
+
+    @property
+    def base_offset(self) -> int:
+        return self.runs[0].base_offset if self.runs else self.small[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.small[-1].end_offset if self.small else self.runs[-1].end_offset
+
+
+def choose_merge(runs: list[MergedObject], small: list[SmallObject], *, segment_bytes: int,
+                 segment_ms: int, open_since_ms: int, now_ms: int,
+                 settings: MergeSettings) -> Choice | None:
+    """The next merge for a partition whose open segment is ``runs`` (levels >= 1,
+    ascending, contiguous) followed by the mergeable ``small`` objects; None: nothing due."""
+    small = small[:settings.max_inputs]
+    base = runs[0].base_offset if runs else (small[0].base_offset if small else 0)
+    open_bytes = sum(r.size for r in runs)
+    # 1. close by size (or by offset span): the runs, and the small objects that still fit
+    fits = 0
+    total = open_bytes
+    for obj in small:
+        if total + obj.size > segment_bytes or obj.end_offset - base > MAX_RELATIVE_OFFSET:
+            break
+        total += obj.size
+        fits += 1
+    if fits < len(small):
+        if runs or fits:
+            return Choice(0, tuple(runs), tuple(small[:fits]))
+        return Choice(0, (), (small[0],))  # one object bigger than a segment: alone
+    # 2. close by age
+    if open_since_ms and now_ms - open_since_ms >= segment_ms and (runs or small):
+        return Choice(0, tuple(runs), tuple(small))
+    # 3. carry: fanout runs of one level become one of the next
+    by_level: dict[int, list[MergedObject]] = {}
+    for r in runs:
+        by_level.setdefault(r.level, []).append(r)
+    for level in sorted(by_level):
+        same = by_level[level]
+        if len(same) >= settings.fanout:
+            return Choice(level + 1, tuple(same[:settings.fanout]), ())
+    # 4. small objects into a run of level 1
+    if len(small) >= settings.min_objects:
+        return Choice(1, (), tuple(small))
+    return None

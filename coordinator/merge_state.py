@@ -1,0 +1,167 @@
+"""What the coordinator's log says about merged objects, one partition at a time.
+
+Merging (``log_merger``) is planned in the coordinator's log, so a restarted coordinator
+finishes a merge with the same bytes, and what may be deleted is known from the log alone:
+
+- ``merge`` (planned): the inputs (small objects and/or merged objects, each with its size
+  and CRC32C, read before the record was written) and the output (level, range, size) — a
+  merge is deterministic in its inputs, so this fixes the bytes;
+- ``merged``: the output and the next manifest are durable; the manifest's objects replace
+  the inputs, the merged end M moves, and the replaced objects become garbage, deletable
+  once the grace period (``file.delete.delay.ms``) has passed;
+- ``cleaned``: the first ``n`` garbage entries are gone.
+
+Pure and synchronous, like ``state``: ``apply_*`` are called by ``CoordinatorState.apply``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from txnlog.log_format import layout
+from txnlog.log_format.manifest import MergedObject, PartitionManifest, new_manifest
+
+SMALL = -1  # the "level" of a small object in a plan's inputs
+
+
+@dataclass(frozen=True)
+class MergeInput:
+    """One input of a planned merge: a small object (level SMALL) or a merged object."""
+
+    level: int
+    base_offset: int
+    end_offset: int
+    size: int
+    crc: int  # CRC32C of the object's bytes, checked when a restart reads them again
+    has_txnindex: bool
+
+    def to_json(self) -> list[int]:
+        return [self.level, self.base_offset, self.end_offset, self.size, self.crc,
+                int(self.has_txnindex)]
+
+    @classmethod
+    def from_json(cls, row: list[int]) -> MergeInput:
+        return cls(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
+                   bool(row[5]))
+
+    def paths(self, topic: str, partition: int) -> list[str]:
+        """Every object it stands for (log and indexes), as garbage once merged away."""
+        if self.level == SMALL:
+            out = [layout.segment_path(topic, partition, self.base_offset)]
+            if self.has_txnindex:
+                out.append(layout.segment_path(topic, partition, self.base_offset,
+                                               layout.TXNINDEX_SUFFIX))
+            return out
+        return self.as_merged().paths(topic, partition)
+
+    def as_merged(self) -> MergedObject:
+        return MergedObject(self.level, self.base_offset, self.end_offset, self.size,
+                            self.has_txnindex)
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """A planned merge, as its ``merge`` record carries it."""
+
+    topic: str
+    partition: int
+    seq: int  # the manifest seq it leads to
+    inputs: tuple[MergeInput, ...]
+    output: MergedObject
+    open_since_ms: int  # of the manifest it leads to
+    grace_ms: int
+    ms: int  # when it was planned: the manifest's written_ms
+
+    def to_record(self) -> dict[str, Any]:
+        return {"id": layout.partition_dir(self.topic, self.partition), "topic": self.topic,
+                "p": self.partition, "seq": self.seq,
+                "inputs": [i.to_json() for i in self.inputs],
+                "output": self.output.to_json(), "open_since_ms": self.open_since_ms,
+                "grace_ms": self.grace_ms, "ms": self.ms}
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> MergePlan:
+        return cls(d["topic"], int(d["p"]), int(d["seq"]),
+                   tuple(MergeInput.from_json(r) for r in d["inputs"]),
+                   MergedObject.from_json(d["output"]), int(d["open_since_ms"]),
+                   int(d["grace_ms"]), int(d["ms"]))
+
+
+@dataclass
+class PartitionMerges:
+    """One partition's merged objects (what its newest manifest names), the merge under
+    way, and the garbage waiting for its grace period: ``[due_ms, [paths]]`` rows."""
+
+    seq: int = 0
+    start_offset: int = 0
+    objects: list[MergedObject] = field(default_factory=list)
+    open_since_ms: int = 0
+    grace_ms: int = 0
+    planned: MergePlan | None = None
+    garbage: list[list[Any]] = field(default_factory=list)
+
+    @property
+    def merged_end(self) -> int:
+        """M: below it readers use merged objects only."""
+        return self.objects[-1].end_offset if self.objects else self.start_offset
+
+    def open_runs(self) -> list[MergedObject]:
+        """The runs of the open segment (levels >= 1), ascending."""
+        return [o for o in self.objects if o.level > 0]
+
+    def manifest_after(self, plan: MergePlan) -> PartitionManifest:
+        """The manifest ``plan`` leads to: its inputs replaced by its output."""
+        replaced = {(i.level, i.base_offset) for i in plan.inputs if i.level != SMALL}
+        objects = [o for o in self.objects if (o.level, o.base_offset) not in replaced]
+        objects.append(plan.output)
+        objects.sort(key=lambda o: o.base_offset)
+        start = objects[0].base_offset if not self.objects else self.start_offset
+        return new_manifest(plan.topic, plan.partition, plan.seq, objects, start,
+                            plan.open_since_ms, plan.grace_ms, plan.ms)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "start": self.start_offset,
+                "objects": [o.to_json() for o in self.objects],
+                "open_since_ms": self.open_since_ms, "grace_ms": self.grace_ms,
+                "planned": self.planned.to_record() if self.planned is not None else None,
+                "garbage": self.garbage}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PartitionMerges:
+        return cls(int(d["seq"]), int(d["start"]),
+                   [MergedObject.from_json(r) for r in d["objects"]],
+                   int(d["open_since_ms"]), int(d["grace_ms"]),
+                   MergePlan.from_record(d["planned"]) if d.get("planned") else None,
+                   [list(g) for g in d["garbage"]])
+
+
+def apply_merge(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
+    """A merge was planned (its inputs read and checked, its output computed)."""
+    pm = merges.setdefault(d["id"], PartitionMerges())
+    pm.planned = MergePlan.from_record(d)
+
+
+def apply_merged(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
+    """The planned merge's output and manifest are durable: readers use them from now on;
+    what they replaced (and the previous manifest) is garbage after the grace period —
+    the longer of this manifest's and the previous one's, since readers of either may be
+    in flight."""
+    pm = merges[d["id"]]
+    plan = pm.planned
+    if plan is None or plan.seq != int(d["seq"]):
+        raise ValueError(f"merged record for {d['id']} #{d['seq']} without its plan")
+    man = pm.manifest_after(plan)
+    grace = max(plan.grace_ms, pm.grace_ms)
+    paths = [p for i in plan.inputs for p in i.paths(plan.topic, plan.partition)]
+    if pm.seq:
+        paths.append(layout.manifest_path(plan.topic, plan.partition, pm.seq))
+    pm.garbage.append([int(d["ms"]) + grace, paths])
+    pm.seq, pm.start_offset, pm.objects = plan.seq, man.start_offset, list(man.objects)
+    pm.open_since_ms, pm.grace_ms, pm.planned = plan.open_since_ms, plan.grace_ms, None
+
+
+def apply_cleaned(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
+    """The first ``n`` garbage rows of a partition are deleted."""
+    pm = merges[d["id"]]
+    del pm.garbage[:int(d["n"])]

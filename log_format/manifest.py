@@ -1,0 +1,181 @@
+"""Where a partition's merged objects are: its manifest (DESIGN.md 8, issue 12).
+
+Below the merged end ``M`` a partition is read from merged objects only — closed Kafka
+segments (``<t>-<p>/segments/``) and the runs of its open segment (``<t>-<p>/runs/<n>/``);
+at or above ``M`` from the small objects commits leave in ``<t>-<p>/``. The manifest names
+every merged object readers may use, in offset order, contiguous from the log start offset
+to ``M``. The coordinator writes a new one (put-if-absent, never rewritten) after each
+merge, once the merged object is durable; names sort newest first
+(``layout.manifest_name``), so a reader finds the newest with one LIST of at most one key
+and one GET, whatever the history.
+
+Readers never look at small objects below ``M``: after the grace period the coordinator
+deletes them, which frees their names for put-if-absent again, and a zombie's late write
+there must stay invisible for good (the trap of the pruned-offset takeover). Merged objects
+hold the same bytes as the small objects they replaced, so a reader may switch from one to
+the other at any offset; a merged object deleted under a reader (superseded by a bigger
+one, after the grace period) makes it read the newest manifest again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TxnlogError
+from .layout import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    MAX_MERGE_LEVEL,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    manifest_dir,
+    manifest_path,
+    merged_dir,
+    parse_manifest_name,
+    segment_name,
+)
+from .storage import Storage
+
+FORMAT = 1
+READ_ATTEMPTS = 5
+# Kafka's file.delete.delay.ms default: how long merged-away objects stay for readers in
+# flight. txnlog refuses less than MIN_GRACE_MS: a reader trusts a listing of small objects
+# for half the grace (half of MIN_GRACE_MS before a partition has a manifest saying more).
+DEFAULT_GRACE_MS = 60_000
+MIN_GRACE_MS = 2_000
+
+
+class ManifestError(TxnlogError, ValueError):
+    """A manifest that cannot be parsed or is inconsistent (gaps, overlaps, wrong range)."""
+
+
+@dataclass(frozen=True)
+class MergedObject:
+    """One merged object: offsets ``[base_offset, end_offset)`` at ``level`` (0: a closed
+    segment; >= 1: a run of the open segment), with its indexes beside it."""
+
+    level: int
+    base_offset: int
+    end_offset: int
+    size: int
+    has_txnindex: bool = False
+    max_timestamp: int = -1
+
+    def path(self, topic: str, partition: int, suffix: str = LOG_SUFFIX) -> str:
+        name = segment_name(self.base_offset, suffix)
+        return f"{merged_dir(topic, partition, self.level)}/{name}"
+
+    def paths(self, topic: str, partition: int) -> list[str]:
+        """Every object of it: the log, its indexes, its txnindex if any."""
+        sfx = [LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX]
+        if self.has_txnindex:
+            sfx.append(TXNINDEX_SUFFIX)
+        return [self.path(topic, partition, s) for s in sfx]
+
+    def to_json(self) -> list[int]:
+        return [self.level, self.base_offset, self.end_offset, self.size,
+                int(self.has_txnindex), self.max_timestamp]
+
+    @classmethod
+    def from_json(cls, row: Any) -> MergedObject:
+        level, base, end, size, txn, max_ts = (int(v) for v in row)
+        if not 0 <= level <= MAX_MERGE_LEVEL or not 0 <= base <= end or size < 0:
+            raise ValueError(f"bad merged object {row!r}")
+        return cls(level, base, end, size, bool(txn), max_ts)
+
+
+@dataclass(frozen=True)
+class PartitionManifest:
+    """A partition's merged objects as of manifest ``seq``: contiguous over
+    ``[start_offset, end_offset)``; ``open_since_ms`` is when the open segment's first run
+    was made (what ``segment.ms`` counts from; 0: no open segment)."""
+
+    topic: str
+    partition: int
+    seq: int
+    start_offset: int
+    end_offset: int
+    objects: tuple[MergedObject, ...]
+    open_since_ms: int = 0
+    written_ms: int = 0
+    grace_ms: int = DEFAULT_GRACE_MS  # how long objects it replaced stay for readers
+
+    def __post_init__(self) -> None:
+        expect = self.start_offset
+        for obj in self.objects:
+            if obj.base_offset != expect:
+                raise ManifestError(
+                    f"manifest {self.topic}-{self.partition} #{self.seq}: object at "
+                    f"{obj.base_offset} does not follow the one ending at {expect}")
+            expect = obj.end_offset
+        if expect != self.end_offset:
+            raise ManifestError(f"manifest {self.topic}-{self.partition} #{self.seq}: objects "
+                                f"end at {expect}, not at its merged end {self.end_offset}")
+
+    @property
+    def path(self) -> str:
+        return manifest_path(self.topic, self.partition, self.seq)
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "format": FORMAT, "topic": self.topic, "partition": self.partition,
+            "seq": self.seq, "start": self.start_offset, "end": self.end_offset,
+            "open_since_ms": self.open_since_ms, "written_ms": self.written_ms,
+            "grace_ms": self.grace_ms,
+            "objects": [o.to_json() for o in self.objects],
+        }, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str = "manifest") -> PartitionManifest:
+        try:
+            obj: Any = json.loads(data)
+            if obj.get("format") != FORMAT:
+                raise ValueError(f"unknown format {obj.get('format')!r}")
+            return cls(str(obj["topic"]), int(obj["partition"]), int(obj["seq"]),
+                       int(obj["start"]), int(obj["end"]),
+                       tuple(MergedObject.from_json(r) for r in obj["objects"]),
+                       int(obj.get("open_since_ms", 0)), int(obj.get("written_ms", 0)),
+                       int(obj.get("grace_ms", DEFAULT_GRACE_MS)))
+        except ManifestError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManifestError(f"{source}: not a valid manifest: {exc}") from exc
+
+
+def new_manifest(topic: str, partition: int, seq: int, objects: list[MergedObject],
+                 start_offset: int, open_since_ms: int, grace_ms: int,
+                 now_ms: int | None = None) -> PartitionManifest:
+    end = objects[-1].end_offset if objects else start_offset
+    return PartitionManifest(topic, partition, seq, start_offset, end, tuple(objects),
+                             open_since_ms,
+                             int(time.time() * 1000) if now_ms is None else now_ms, grace_ms)
+
+
+def read_latest_manifest(storage: Storage, topic: str, partition: int
+                         ) -> PartitionManifest | None:
+    """The newest manifest of a partition (None: nothing merged yet): one LIST of at most
+    one key and one GET. A manifest deleted between the two makes it list again."""
+    directory = manifest_dir(topic, partition)
+    for _ in range(READ_ATTEMPTS):
+        found = storage.list(directory, limit=1)
+        if not found:
+            return None
+        seq = parse_manifest_name(found[0].name)
+        if seq is None:
+            raise ManifestError(f"{storage.url}/{directory}/{found[0].name}: not a manifest "
+                                "name")
+        path = manifest_path(topic, partition, seq)
+        try:
+            data = storage.get(path)
+        except FileNotFoundError:
+            continue
+        man = PartitionManifest.from_json(data, f"{storage.url}/{path}")
+        if (man.topic, man.partition, man.seq) != (topic, partition, seq):
+            raise ManifestError(f"{storage.url}/{path}: holds the manifest of "
+                                f"{man.topic}-{man.partition} #{man.seq}")
+        return man
+    raise ManifestError(f"{storage.url}/{directory}: the newest manifest vanished "
+                        f"{READ_ATTEMPTS} times in a row")

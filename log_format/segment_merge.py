@@ -1,0 +1,133 @@
+"""Merging a run of objects into one Kafka segment: the bytes (DESIGN.md 8, issue 12).
+
+Object storage has no append, so every commit leaves small objects; below the LSO they are
+merged into bigger ones and, finally, into Kafka segments. What a merge produces is fixed by
+its inputs alone — batches copied byte for byte in offset order (offsets, CRCs, control
+batches and aborted batches exactly as they were), and the indexes Kafka keeps beside a
+segment:
+
+- ``.index``/``.timeindex``: Kafka's sparse entries (one per ``index.interval.bytes`` of
+  log, the time entry forced for the final maximum on close, as ``LogSegment`` does);
+- ``.txnindex``: the inputs' aborted-transaction entries concatenated in order (each lists
+  the transactions whose ABORT marker lies in it, so the union is the merged segment's).
+
+A restarted coordinator merging the same inputs therefore writes the same bytes, and its
+put-if-absent succeeds (DESIGN.md 3). This module only computes; where the objects live is
+``manifest``'s and the coordinator's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .arrow_scan import scan_batches
+from .batch_header import NO_TIMESTAMP
+from .errors import CorruptBatchError, CorruptIndexError
+from .indexes import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    OffsetEntry,
+    TimeEntry,
+    decode_txn_index,
+    encode_offset_index,
+    encode_time_index,
+    encode_txn_index,
+)
+
+
+@dataclass(frozen=True)
+class MergeInput:
+    """One object to merge: the offsets it covers, its bytes, its ``.txnindex`` (or None)."""
+
+    base_offset: int
+    end_offset: int  # the next object's base: what this one resolves, data or not
+    data: bytes | memoryview
+    txnindex: bytes | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class MergedSegment:
+    """What a merge writes: the segment and its three indexes (``txnindex`` None: no
+    aborted transaction ends in it, so no object is written, as Kafka leaves it empty)."""
+
+    base_offset: int
+    end_offset: int
+    log: bytes
+    index: bytes
+    timeindex: bytes
+    txnindex: bytes | None
+    max_timestamp: int
+    batches: int
+
+
+def merge_segment(inputs: Sequence[MergeInput], *,
+                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                  verify_crc: bool = True) -> MergedSegment:
+    """Concatenate ``inputs`` (contiguous, ascending) into one segment with its indexes.
+
+    Every input is checked before its bytes are trusted: whole batches (CRCs verified), all
+    offsets inside ``[base_offset, end_offset)``, inputs adjacent. A violation raises
+    ``CorruptBatchError``/``CorruptIndexError`` naming the object: a merge never hides bad
+    bytes inside a bigger object.
+    """
+    if not inputs:
+        raise ValueError("a merge needs at least one input")
+    base = inputs[0].base_offset
+    pieces: list[bytes | memoryview] = []
+    offsets: list[OffsetEntry] = []
+    times: list[TimeEntry] = []
+    aborted = []
+    position = 0
+    last_entry_pos = 0
+    max_ts, max_ts_offset, last_time_ts = NO_TIMESTAMP, base, NO_TIMESTAMP
+    batches = 0
+    expect = base
+    for inp in inputs:
+        if inp.base_offset != expect:
+            raise CorruptBatchError(
+                f"merge inputs are not adjacent: expected an object at {expect}, got "
+                f"{inp.base_offset}", source=inp.source or None)
+        if inp.end_offset < inp.base_offset:
+            raise ValueError(f"{inp.source}: end {inp.end_offset} < base {inp.base_offset}")
+        expect = inp.end_offset
+        if len(inp.data):
+            index = scan_batches(inp.data, source=inp.source or None, verify_crc=verify_crc)
+            first = index["base_offset"]
+            last = first + index["last_offset_delta"]
+            if len(index) and (int(first[0]) < inp.base_offset
+                               or int(last[-1]) >= inp.end_offset):
+                raise CorruptBatchError(
+                    f"batches span offsets [{int(first[0])}, {int(last[-1])}] outside the "
+                    f"object's range [{inp.base_offset}, {inp.end_offset})",
+                    source=inp.source or None)
+            for pos, lo, mts in zip((index["position"] + position).tolist(), last.tolist(),
+                                    index["max_timestamp"].tolist(), strict=True):
+                if mts > max_ts:
+                    max_ts, max_ts_offset = mts, lo
+                if pos - last_entry_pos > index_interval_bytes:
+                    offsets.append(OffsetEntry(lo, pos))
+                    if max_ts > last_time_ts:
+                        times.append(TimeEntry(max_ts, max_ts_offset))
+                        last_time_ts = max_ts
+                    last_entry_pos = pos
+            batches += len(index)
+            pieces.append(inp.data)
+            position += len(inp.data)
+        if inp.txnindex:
+            entries = decode_txn_index(inp.txnindex, source=inp.source or None)
+            for e in entries:
+                if not inp.base_offset <= e.last_offset < inp.end_offset:
+                    raise CorruptIndexError(
+                        f"{inp.source}: aborted transaction marker at {e.last_offset} lies "
+                        f"outside the object's range [{inp.base_offset}, {inp.end_offset})")
+            aborted.extend(entries)
+    if max_ts > last_time_ts:
+        times.append(TimeEntry(max_ts, max_ts_offset))
+    log = b"".join(pieces)
+    return MergedSegment(
+        base_offset=base, end_offset=expect, log=log,
+        index=encode_offset_index(offsets, base),
+        timeindex=encode_time_index(times, base),
+        txnindex=encode_txn_index(aborted) if aborted else None,
+        max_timestamp=max_ts, batches=batches)
