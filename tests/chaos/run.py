@@ -59,7 +59,16 @@ MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "
            "s3-proxy")
 FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
                 "after_complete_before_reply", "mid_snapshot", "after_reserve",
-                "after_log_write")
+                "after_log_write", "after_merge_plan", "after_merge_output",
+                "after_merge_manifest")
+
+# Merging and cleanup run all the time (issue 12): a run of 4 small objects below the LSO,
+# 3 runs make the next level, partitions looked at every 0.1 s; segments close at 2 KiB
+# (every ~15 commits to a partition) and merged-away objects are deleted 2 s later (the
+# least file.delete.delay.ms allowed), so merges, segment closes, manifests and deletions
+# happen many times a second, under every fault class.
+MERGE_ARGS = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1"]
+TOPIC_CONFIG = {"segment.bytes": 2048, "file.delete.delay.ms": 2000}
 
 
 @dataclass
@@ -102,6 +111,15 @@ class Outcome:
     one_shot_retries: int = 0  # retried EndTxns of one-shot ids (checker: early-drop)
     one_shot_retries_same: int = 0  # ... answered as the first time (the rest: unknown id)
     one_shot_dropped: int = 0  # one-shot ids the coordinators dropped (their logs)
+    merges: int = 0  # manifests published (the newest one's seq, summed over partitions)
+    segments: int = 0  # closed Kafka segments (level 0) named by the newest manifests
+    runs: int = 0  # runs of open segments named by the newest manifests
+    merged_share: float = 0.0  # of the offsets below the final LSOs: below the merged end
+    deleted: int = 0  # small objects the storage watcher saw that were gone at the end
+    late_writes: int = 0  # zombie put-if-absents that landed in a freed (merged, deleted) name
+    late_writes_tried: int = 0  # zombies that stopped between reserve and put-if-absent
+    held_scans: int = 0  # slow readers holding a listing (workload.held_scan_op)
+    held_gone: int = 0  # objects deleted under them (each made the reader list again)
     faults_injected: int = 0
     seconds: float = 0.0
     history: str = ""
@@ -202,6 +220,7 @@ class Scenario:
         self.hist_dir.mkdir(parents=True)
         self.hist = HistoryWriter(self.hist_dir / "nemesis.jsonl", "nemesis")
         self.coords: list[CoordinatorProc] = []
+        self.armed: dict[int, str | None] = {}  # coordinator pid -> its TXNLOG_FAULTS
         self.workers: list[subprocess.Popen[bytes]] = []
         self.producers: dict[int, subprocess.Popen[bytes]] = {}
         self.next_worker = 0
@@ -211,6 +230,8 @@ class Scenario:
         self.tmpfs_mb = 0
         self.filler: Path | None = None
         self.stop_nemesis = threading.Event()
+        self.seen_small: set[str] = set()  # small objects the storage watcher saw
+        self.freed_waits: list[bool] = []  # per late-write zombie: was its name freed
         self.lock = threading.RLock()
         self.injected = 0
         self.env_extra: dict[str, str] = {}
@@ -287,7 +308,7 @@ class Scenario:
             c = CoordinatorProc(self.root, faults=faults, log_path=self.dir / f"coord-{n}.log",
                                 extra=["--log-level", "INFO", "--heartbeat-ms", "1000",
                                        "--one-shot-id-retention-ms",
-                                       str(ONE_SHOT_RETENTION_MS)])
+                                       str(ONE_SHOT_RETENTION_MS), *MERGE_ARGS])
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -296,6 +317,7 @@ class Scenario:
                     os.environ[k] = v
         with self.lock:
             self.coords.append(c)
+            self.armed[c.pid] = faults
         self.note("coordinator-start", pid=c.pid, faults=faults)
         return c
 
@@ -434,10 +456,15 @@ class Scenario:
             _signal(c.pid, signal.SIGCONT)
             self.note("resume-coordinator", pid=c.pid)
 
-    def f_faultpoints(self) -> None:
-        if self.live_coordinators():
-            return  # the armed coordinator is still alive: let the workload reach the point
+    def f_faultpoints(self) -> bool:
+        live = self.live_coordinators()
+        if any(self.armed.get(c.pid) for c in live):
+            return False  # an armed coordinator is alive: let the workload reach its point
+        for c in live:  # one started unarmed (the first, or a restart's 30%): arm anew
+            self.note("kill-unarmed-coordinator", pid=c.pid)
+            c.kill()
         self.supervise()
+        return True
 
     def f_zombie(self) -> None:
         pass  # the producers pause themselves (--zombie-p); resume_zombies() wakes them
@@ -454,8 +481,92 @@ class Scenario:
                     self.fence_with_new_instance(tid)  # a newer instance fences it at once
                 else:
                     self._sleep(3.5, 4.5)  # past transaction.timeout.ms: aborted by timeout
+                self.wait_freed(w)
                 self.note("resume-zombie", worker=w, pid=p.pid)
                 _signal(p.pid, signal.SIGCONT)
+
+    def wait_freed(self, w: int, timeout: float = 20.0) -> None:
+        """A zombie stopped between reserve and put-if-absent (workload.arm_late_write):
+        once its transaction is aborted, wait until the offsets it reserved were fenced,
+        merged below the merged end and deleted, so its put-if-absent lands in a freed name
+        (bounded: a coordinator down for long leaves the fences, and the put then fails)."""
+        marker = self.hist_dir / f"zombie-w{w}.json"
+        try:
+            info = json.loads(marker.read_text())
+            bases, txn = info["bases"], info["txn"]
+        except (OSError, ValueError, KeyError):
+            return
+        storage = Storage.for_url(self.root)
+        deadline = time.monotonic() + timeout
+        freed = False
+        while not freed and time.monotonic() < deadline and not self.stop_nemesis.is_set():
+            with contextlib.suppress(Exception):
+                freed = all(self._freed(storage, t, p, base) for t, p, base in bases)
+            if not freed:
+                self.stop_nemesis.wait(0.3)
+        self.freed_waits.append(freed)
+        self.note("late-write-zombie", worker=w, bases=bases, freed=freed)
+        if freed:
+            # Only an abort fences a transactional reservation, and the merged end passed
+            # it only because an object (the fence) was there: the transaction is aborted
+            # for good (its commit was never asked for), whatever its late abort is told.
+            self.hist.write("abort", proc=f"w{w}", txn=txn, outcome="ok",
+                            why="its reserved offsets were fenced, merged and deleted")
+
+    @staticmethod
+    def _freed(storage: Storage, topic: str, p: int, base: int) -> bool:
+        from txnlog.log_format import layout
+        from txnlog.log_format.manifest import read_latest_manifest
+
+        man = read_latest_manifest(storage, topic, p)
+        return man is not None and man.end_offset > base and \
+            not storage.exists(layout.segment_path(topic, p, base))
+
+    def watch_storage(self) -> None:
+        """List every partition's small objects every 0.5 s (what was deleted by the end)."""
+        from txnlog.log_format import layout
+
+        storage = Storage.for_url(self.root)
+        while not self.stop_watch.wait(0.5):
+            for topic, p in workload.partitions():
+                d = layout.partition_dir(topic, p)
+                with contextlib.suppress(Exception):
+                    for obj in storage.list(d):
+                        if obj.name.endswith(layout.LOG_SUFFIX):
+                            self.seen_small.add(f"{d}/{obj.name}")
+
+    def merge_stats(self, out: Outcome, ops: list[dict[str, Any]]) -> None:
+        """What merging and cleanup did in this run (from storage and the history)."""
+        from txnlog.log_format import layout
+        from txnlog.log_format.manifest import read_latest_manifest
+        from txnlog.log_format.stable import read_latest_stable
+
+        storage = Storage.for_url(self.root)
+        snap = read_latest_stable(storage)
+        merged = stable = 0
+        for topic, p in workload.partitions():
+            man = read_latest_manifest(storage, topic, p)
+            lso = snap.lso(topic, p) if snap is not None else 0
+            stable += lso
+            if man is None:
+                continue
+            out.merges += man.seq
+            out.segments += sum(1 for o in man.objects if o.level == 0)
+            out.runs += sum(1 for o in man.objects if o.level > 0)
+            merged += min(man.end_offset, lso)
+        out.merged_share = round(merged / stable, 3) if stable else 0.0
+        present: set[str] = set()
+        for topic, p in workload.partitions():
+            d = layout.partition_dir(topic, p)
+            present.update(f"{d}/{o.name}" for o in storage.list(d))
+        out.deleted = len(self.seen_small - present)
+        out.late_writes_tried = len(self.freed_waits)
+        for op in ops:
+            if op["f"] == "info" and op.get("what") == "zombie-late-write" and op.get("landed"):
+                out.late_writes += 1
+            if op["f"] == "poll" and "hold_s" in op:
+                out.held_scans += 1
+                out.held_gone += op.get("gone", 0)
 
     def fence_with_new_instance(self, tid: str) -> None:
         with contextlib.suppress(Exception):
@@ -706,9 +817,12 @@ class Scenario:
         endpoint = first.wait_healthy(60)
         client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
         for topic, n in workload.TOPICS.items():
-            client.create_topic(topic, n, exist_ok=True)
+            client.create_topic(topic, n, TOPIC_CONFIG, exist_ok=True)
         if self.spark:
-            client.create_topic(OUT_TOPIC, OUT_PARTITIONS, exist_ok=True)
+            client.create_topic(OUT_TOPIC, OUT_PARTITIONS, TOPIC_CONFIG, exist_ok=True)
+        self.stop_watch = threading.Event()
+        watcher = threading.Thread(target=self.watch_storage, name="watcher", daemon=True)
+        watcher.start()
         self.deadline = time.monotonic() + p.duration
         if self.spark:
             self.start_spark()
@@ -742,7 +856,10 @@ class Scenario:
         self.final_read()
         if self.spark:
             self.finish_spark()
+        self.stop_watch.set()
+        watcher.join(30)
         ops = list(read_history(self.hist_dir))
+        self.merge_stats(out, ops)
         res = checker.check(ops)
         (self.dir / "check.txt").write_text(res.summary() + "\n")
         out.anomalies = res.counts
@@ -762,6 +879,8 @@ class Scenario:
                 out.spark_jobs[t.status] = out.spark_jobs.get(t.status, 0) + 1
         if self.spark and not out.spark_jobs.get("committed"):
             out.error = "no Spark job committed: the Spark run proves nothing"
+        if not out.merges:
+            out.error = "nothing was merged: the run proves nothing about merging"
 
     def wait_spark_jobs(self, until: float) -> None:
         """Every live driver's jobs are done (its last transaction decided) before the final
@@ -808,6 +927,8 @@ class Scenario:
 
     def cleanup(self) -> None:
         self.stop_nemesis.set()
+        if hasattr(self, "stop_watch"):
+            self.stop_watch.set()
         for p in self.spark_drivers.values():
             _killpg(p)
             _killpg(p, signal.SIGCONT)
@@ -879,6 +1000,9 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
                 results.append(res)
                 log(f"{fault:24s} {backend:4s} txns={res.txns} committed={res.committed} "
                     f"unknown={res.unknown} records={res.records} faults={res.faults_injected}"
+                    f" merges={res.merges} segments={res.segments} deleted={res.deleted}"
+                    f" merged={res.merged_share} late_writes={res.late_writes}/"
+                    f"{res.late_writes_tried} held={res.held_scans}/gone={res.held_gone}"
                     f" anomalies={res.anomalies or 0} error={res.error} {res.seconds}s")
         finally:
             if s3 is not None:

@@ -25,6 +25,8 @@ from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format import layout
 from txnlog.log_format.consumer import Consumer
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.stable import read_latest_stable
 from txnlog.log_format.storage import Storage
 
 from .history import HistoryWriter, tp_key
@@ -166,6 +168,39 @@ class ProducerWorker:
         self.hist.write("retry", txn=txn, tid=tid, end=ops[0], t0=t0, t1=time.time(),
                         answer=answer, retention_ms=self.args.one_shot_retention_ms)
 
+    def arm_late_write(self, producer: TransactionalProducer, txn: str) -> None:
+        """The next flush stops between its reserve and its put-if-absent (SIGSTOP).
+
+        The harness resumes it only once its transaction was aborted, the offsets it
+        reserved were fenced, merged below the merged end and deleted (issue 12): its
+        put-if-absent then lands in a freed name, which readers must never use. The
+        reserved bases go to ``zombie-w<N>.json`` beside the history for the harness.
+        """
+        writer = producer._writer
+        write = writer.write
+        marker = Path(self.args.history) / f"zombie-{self.proc}.json"
+
+        def late_write(reservation: Any) -> Any:
+            del writer.write  # one flush only (back to the class's method)
+            bases = [[t, p, b] for (t, p), b in reservation.bases.items()]
+            marker.write_text(json.dumps({"txn": txn, "bases": bases}))
+            self.hist.write("info", what="zombie-pause", txn=txn, late_write=bases)
+            os.kill(os.getpid(), signal.SIGSTOP)  # the harness resumes us
+            self.hist.write("info", what="zombie-resume", txn=txn)
+            with contextlib.suppress(FileNotFoundError):
+                marker.unlink()
+            try:
+                out = write(reservation)
+            except cerr.ProducerFencedError:
+                self.hist.write("info", what="zombie-late-write", txn=txn, bases=bases,
+                                landed=False)
+                raise
+            self.hist.write("info", what="zombie-late-write", txn=txn, bases=bases,
+                            landed=True)
+            return out
+
+        writer.write = late_write  # type: ignore[method-assign]
+
     def one_txn(self, producer: TransactionalProducer, txn: str) -> None:
         rng = self.rng
         parts = rng.sample(partitions(), rng.randint(1, 4))
@@ -184,8 +219,12 @@ class ProducerWorker:
                                     value=value, t0=time.time())
                     producer.send(topic, str(value).encode(), key=key.encode(), partition=p)
                 if i + 1 == half and (abort or rng.random() < 0.5):
+                    zombie = bool(self.args.zombie_p) and rng.random() < self.args.zombie_p
+                    late = zombie and rng.random() < self.args.late_write_p
+                    if late:
+                        self.arm_late_write(producer, txn)
                     producer.flush()  # data in the log before the outcome is decided
-                    if self.args.zombie_p and rng.random() < self.args.zombie_p:
+                    if zombie and not late:
                         self.hist.write("info", what="zombie-pause", txn=txn)
                         os.kill(os.getpid(), signal.SIGSTOP)  # the harness resumes us
                         self.hist.write("info", what="zombie-resume", txn=txn)
@@ -258,11 +297,69 @@ def scan_op(root: str, isolation: str) -> dict[str, Any]:
     return _read_op(c, before, out, t0, "ok", None)
 
 
+class _CountingStorage:
+    """A storage whose reads count the objects found gone (merged away and deleted)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self.gone = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def get(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return self._storage.get(*args, **kw)
+        except FileNotFoundError:
+            self.gone += 1
+            raise
+
+    def get_view(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return self._storage.get_view(*args, **kw)
+        except FileNotFoundError:
+            self.gone += 1
+            raise
+
+
+def held_scan_op(root: str, hold_s: float) -> dict[str, Any] | None:
+    """A slow reader: one snapshot, every partition listed, then ``hold_s`` seconds later
+    read in full from that listing (read_committed). Objects the merger merged away and
+    deleted under it make it list again (``gone`` counts them): with the grace period
+    (``file.delete.delay.ms``) longer than twice ``hold_s``, none should be."""
+    storage = _CountingStorage(Storage.for_url(root))
+    t0 = time.time()
+    snap = read_latest_stable(storage._storage)
+    if snap is None:
+        return None
+    readers = {tp: PartitionReader(storage, tp[0], tp[1], snapshot=snap)  # type: ignore
+               for tp in partitions()}
+    for r in readers.values():
+        r.segments()  # the listing this reader holds
+    time.sleep(hold_s)
+    reads: dict[str, list[list[int]]] = {}
+    ranges: dict[str, list[int]] = {}
+    for (topic, p), r in readers.items():
+        rows = reads.setdefault(tp_key(topic, p), [])
+        end = r.latest_offset()
+        for chunk in r.read(0, end):
+            b = chunk.batch
+            rows.extend([o, int(v)] for o, v in zip(b.column("offset").to_pylist(),
+                                                    b.column("value").to_pylist(),
+                                                    strict=True))
+        ranges[tp_key(topic, p)] = [0, end]
+    return {"isolation": "read_committed", "t0": t0, "outcome": "ok", "error": None,
+            "snapshot": list(snap.key),
+            "bounds": {tp_key(t, p): list(snap.offsets(t, p)) for t, p in partitions()},
+            "ranges": ranges, "reads": reads, "hold_s": hold_s, "gone": storage.gone}
+
+
 def run_consumer(args: argparse.Namespace) -> None:
     proc = f"c{args.worker}"
     hist = HistoryWriter(Path(args.history) / f"{proc}.jsonl", proc)
     deadline = time.monotonic() + args.duration
     consumers: dict[str, Consumer] = {}
+    rng = random.Random(args.worker)
     n = 0
     try:
         while n < args.polls and time.monotonic() < deadline:
@@ -277,6 +374,14 @@ def run_consumer(args: argparse.Namespace) -> None:
                     hist.write("poll", proc=name, mode="poll", **op)
                 except Exception as exc:
                     hist.write("poll", proc=name, mode="poll", outcome="fail", error=err(exc))
+            if args.held_every and n % args.held_every == 0:
+                try:
+                    op = held_scan_op(args.root, rng.uniform(0.3, 0.9))
+                    if op is not None:
+                        hist.write("poll", proc=f"{proc}-held", mode="scan", **op)
+                except Exception as exc:
+                    hist.write("poll", proc=f"{proc}-held", mode="scan", outcome="fail",
+                               error=err(exc))
             if n % args.scan_every == 0:
                 try:
                     hist.write("poll", proc=f"{proc}-scan", mode="scan",
@@ -301,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--txns", type=int, default=100)
     ap.add_argument("--abort-p", type=float, default=0.15)
     ap.add_argument("--zombie-p", type=float, default=0.0)
+    ap.add_argument("--late-write-p", type=float, default=0.5,
+                    help="share of zombies that stop between reserve and put-if-absent")
     ap.add_argument("--txn-timeout-ms", type=int, default=3000)
     ap.add_argument("--rpc-timeout", type=float, default=10.0)
     ap.add_argument("--rpc-retry", type=float, default=2.0)
@@ -311,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--polls", type=int, default=10_000)
     ap.add_argument("--max-records", type=int, default=40)
     ap.add_argument("--scan-every", type=int, default=10)
+    ap.add_argument("--held-every", type=int, default=7,
+                    help="every N polls, a slow reader holding its listing (0: never)")
     ap.add_argument("--interval", type=float, default=0.05)
     args = ap.parse_args(argv)
     if args.role == "producer":
