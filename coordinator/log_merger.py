@@ -93,13 +93,14 @@ class LogMerger:
     """The background merge-and-delete loop of one coordinator."""
 
     def __init__(self, state: CoordinatorState, commits: Commits, io: StorageIO,
-                 published_lso: Any, observer: Observer,
+                 published_lso: Any, published: Any, observer: Observer,
                  settings: MergeSettings | None = None, enabled: bool = True) -> None:
         self.state = state
         self.commits = commits
         self.io = io
         self.storage = io.storage
         self.published_lso = published_lso  # (topic, partition) -> the published LSO
+        self.published = published  # () -> True once this coordinator published a head
         self.observer = observer
         self.settings = settings or MergeSettings()
         self.enabled = enabled
@@ -185,6 +186,8 @@ class LogMerger:
     async def tick(self) -> int:
         """Finish planned merges, merge what is due, delete what is due; merges done."""
         done = 0
+        if not self.published():
+            return done  # no LSO of this coordinator's yet: nothing is known to be below it
         for key, pm in list(self.state.merges.items()):
             if pm.planned is not None and key not in self.refused:
                 await self._guarded(key, self._finish(pm.planned))
@@ -216,6 +219,8 @@ class LogMerger:
             await self._finish(pm.planned)
             return True
         lso = self.published_lso(topic, p)
+        if planted_bugs.enabled("merge_above_lso"):  # planted bug: past the LSO
+            lso = 1 << 62
         merged_end = pm.merged_end
         small = await self._list_small(topic, p, merged_end if pm.seq else None, lso)
         if pm.seq and small and small[0].base_offset != merged_end:

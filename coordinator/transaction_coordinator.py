@@ -112,7 +112,8 @@ class TransactionCoordinator:
             one_shot_retention_ms=one_shot_id_retention_ms,
             reservation_timeout_ms=reservation_timeout_ms)
         self.merger = LogMerger(self.state, self.commits, self.io, self._published_lso,
-                                self.observer, merge_settings, merging)
+                                lambda: self.publisher.written is not None, self.observer,
+                                merge_settings, merging)
 
     # ========================================================== state, for callers
     @property

@@ -1,0 +1,215 @@
+"""The coordinator merges small objects into runs and Kafka segments, and deletes what was
+merged after the grace period (coordinator/log_merger.py), against real coordinator
+processes on both backends: reads are unchanged, the merged bytes are the small objects'
+bytes, a restart mid-merge finishes with the same bytes, a zombie's write into a freed name
+stays invisible, and a root written without merging is converted while it serves."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.log_format import layout
+from txnlog.log_format.dump import dump_files
+from txnlog.log_format.manifest import PartitionManifest, read_latest_manifest
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.records import iter_batches
+from txnlog.log_format.storage import Storage
+
+from tests.coordinator_proc import CoordinatorProc
+
+FAST = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1"]
+GRACE_MS = 2_000
+
+
+@contextmanager
+def coordinator(root: str, *extra: str, faults: str | None = None) -> Iterator[CoordinatorProc]:
+    proc = CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def write(root: str, endpoint: str, topic: str, n: int, *, start: int = 0,
+          abort_every: int = 5) -> list[str]:
+    """n one-record transactions on partition 0 (every ``abort_every``-th aborted after its
+    data is written); the committed values, in order."""
+    producer = TransactionalProducer(root, f"w-{topic}", coordinator=endpoint)
+    producer.init_transactions()
+    committed = []
+    for i in range(start, start + n):
+        producer.begin_transaction()
+        producer.send(topic, f"v{i}".encode(), partition=0)
+        if abort_every and i % abort_every == abort_every - 1:
+            producer.flush()  # the data is written, then aborted: an ABORT marker, a txnindex
+            producer.abort_transaction()
+        else:
+            producer.commit_transaction()
+            committed.append(f"v{i}")
+    producer.close()
+    return committed
+
+
+def wait_manifest(storage: Storage, topic: str, until: int, timeout: float = 120.0
+                  ) -> PartitionManifest:
+    """The newest manifest once its merged end reached ``until``."""
+    deadline = time.monotonic() + timeout
+    man = None
+    while time.monotonic() < deadline:
+        man = read_latest_manifest(storage, topic, 0)
+        if man is not None and man.end_offset >= until:
+            return man
+        time.sleep(0.1)
+    raise AssertionError(f"merged end never reached {until}: {man}")
+
+
+def values(storage: Storage, topic: str, isolation: str = "read_committed") -> list[str]:
+    reader = PartitionReader(storage, topic, 0, isolation_level=isolation)
+    return [v.decode() for v in reader.read_table().column("value").to_pylist()]
+
+
+def small_logs(storage: Storage, topic: str) -> list[int]:
+    return [p.base_offset for o in storage.list(layout.partition_dir(topic, 0))
+            if (p := layout.parse_segment_name(o.name)) and p.suffix == layout.LOG_SUFFIX]
+
+
+def test_merged_reads_equal_small_object_reads(any_root: str) -> None:
+    storage = Storage.for_url(any_root)
+    with coordinator(any_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("t", 1, {"segment.bytes": "3000"})
+        committed = write(any_root, proc.endpoint, "t", 120)
+        hw = PartitionReader(storage, "t", 0).high_watermark()
+        uncommitted_before = values(storage, "t", "read_uncommitted")
+        man = wait_manifest(storage, "t", hw - 8)
+        # both kinds of merged object: closed segments (level 0) and runs of the open one
+        assert any(o.level == 0 for o in man.objects), man.objects
+        assert all(o.size <= 3000 or o.level > 0 for o in man.objects)
+        assert values(storage, "t") == committed
+        assert values(storage, "t", "read_uncommitted") == uncommitted_before
+        assert len(uncommitted_before) > len(committed)  # aborted data is there, filtered
+        # every merged object holds exactly the small objects' bytes of its range (the grace
+        # period has not passed: they are all still there)
+        logs = sorted(small_logs(storage, "t"))
+        for obj in man.objects:
+            merged = storage.get(obj.path("t", 0))
+            parts = [storage.get(layout.segment_path("t", 0, b)) for b in logs
+                     if obj.base_offset <= b < obj.end_offset]
+            assert merged == b"".join(parts)
+            assert [b.base_offset for b in iter_batches(merged)]  # whole batches
+        # a closed segment is a Kafka log dir's file: dump reads it and its indexes
+        seg = next(o for o in man.objects if o.level == 0)
+        root_dir = any_root[len("file://"):] if any_root.startswith("file://") else None
+        if root_dir is not None:
+            files = [str(Path(root_dir) / seg.path("t", 0, sfx))
+                     for sfx in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX,
+                                 layout.TIMEINDEX_SUFFIX)]
+            out, err = io.StringIO(), io.StringIO()
+            assert dump_files(files, out=out, err=err) == 0, err.getvalue()
+            assert "baseOffset:" in out.getvalue() and "Dumping" in out.getvalue()
+
+
+def test_merged_away_objects_are_deleted_and_a_zombie_name_stays_invisible(
+        any_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = Storage.for_url(any_root)
+    with coordinator(any_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic(
+            "g", 1, {"file.delete.delay.ms": str(GRACE_MS)})
+        committed = write(any_root, proc.endpoint, "g", 60, abort_every=0)
+        hw = PartitionReader(storage, "g", 0).high_watermark()
+        man = wait_manifest(storage, "g", hw - 8)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and min(small_logs(storage, "g")) < man.end_offset:
+            time.sleep(0.2)
+        assert min(small_logs(storage, "g")) >= man.end_offset  # merged away, then deleted
+        assert values(storage, "g") == committed
+        # a zombie's late put-if-absent into a freed name succeeds ...
+        freed = layout.segment_path("g", 0, 10)
+        assert storage.put_if_absent(freed, storage.get(layout.segment_path(
+            "g", 0, min(small_logs(storage, "g")))))
+        # ... and no reader sees it
+        assert values(storage, "g") == committed
+        # the planted bug "a reader trusting merged-away small objects" would
+        monkeypatch.setenv("TXNLOG_UNSAFE", "trust_merged_away")
+        assert values(storage, "g") != committed
+        monkeypatch.delenv("TXNLOG_UNSAFE")
+        # the next cleanup sweeps the stray object away
+        more = write(any_root, proc.endpoint, "g", 30, start=60, abort_every=0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and storage.exists(freed):
+            time.sleep(0.2)
+        assert not storage.exists(freed)
+        assert values(storage, "g") == committed + more
+
+
+@pytest.mark.parametrize("fault", ["after_merge_plan", "after_merge_output",
+                                   "after_merge_manifest"])
+def test_a_restart_mid_merge_finishes_it_with_the_same_bytes(file_root: str,
+                                                              fault: str) -> None:
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root, "--no-merge") as proc:
+        CoordinatorClient(proc.endpoint).create_topic("r", 1, {"segment.bytes": "1500"})
+        committed = write(file_root, proc.endpoint, "r", 40)
+    # merging starts and the process dies at the fault point of its second merge
+    dying = CoordinatorProc(file_root, extra=FAST, faults=f"{fault}:2")
+    dying.proc.wait(60)
+    assert dying.proc.returncode == -9, dying.log_tail()
+    dying.stop()
+    assert f"fault point {fault} reached" in dying.log_path.read_text()
+    with coordinator(file_root) as again:
+        more = write(file_root, again.endpoint, "r", 20, start=40)
+        hw = PartitionReader(storage, "r", 0).high_watermark()
+        man = wait_manifest(storage, "r", hw - 8)
+        log = again.log_path.read_text()
+        assert "stopped:" not in log, log[-3000:]  # no MergeRefused: the same bytes again
+    assert man.seq >= 3
+    assert values(storage, "r") == committed + more
+
+
+def test_a_root_written_without_merging_is_converted_while_serving(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root, "--no-merge") as proc:
+        CoordinatorClient(proc.endpoint).create_topic("old", 1)
+        committed = write(file_root, proc.endpoint, "old", 80)
+    before = len(small_logs(storage, "old"))
+    assert read_latest_manifest(storage, "old", 0) is None
+    with coordinator(file_root) as proc:
+        hw = PartitionReader(storage, "old", 0).high_watermark()
+        man = wait_manifest(storage, "old", hw - 8)
+        assert man.start_offset == 0
+        assert values(storage, "old") == committed
+        more = write(file_root, proc.endpoint, "old", 10, start=80)
+    assert values(storage, "old") == committed + more
+    assert before >= 80
+
+
+def test_partition_listing_stays_bounded_as_history_grows(file_root: str) -> None:
+    """Objects in the partition's own directory: at most the unmerged tail and what waits
+    for its grace period — not history."""
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic(
+            "b", 1, {"file.delete.delay.ms": str(GRACE_MS), "segment.bytes": "4000"})
+        counts = []
+        for round_ in range(3):
+            write(file_root, proc.endpoint, "b", 60, start=60 * round_, abort_every=0)
+            hw = PartitionReader(storage, "b", 0).high_watermark()
+            wait_manifest(storage, "b", hw - 8)
+            time.sleep(GRACE_MS / 1000 + 1.5)  # let the grace period pass, then a cleanup
+            counts.append(len(storage.list(layout.partition_dir("b", 0))))
+        man = read_latest_manifest(storage, "b", 0)
+        assert man is not None
+    assert max(counts) <= 2 * 8 + 4, counts  # tail + what waits, whatever the history
+    assert len(man.objects) <= 3 + 2 * 3, man.objects  # segments of 4 kB + runs
+    assert json.loads(man.to_json())["grace_ms"] == GRACE_MS
+    os.environ.pop("TXNLOG_UNSAFE", None)
