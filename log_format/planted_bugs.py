@@ -25,6 +25,10 @@ Names and where they act:
   merged end, which may be deleted or a zombie's late write (log_format/reader.py)
 - ``delete_before_grace``: the merger deletes merged-away objects at once, without the grace
   period readers in flight rely on (coordinator/log_merger.py)
+- ``merge_above_lso``: the merger merges small objects above the published LSO, where an
+  open transaction's reserved offsets may not be written yet: the gap is taken for resolved,
+  the merged end passes it and the write that lands there later is never read
+  (coordinator/log_merger.py)
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import os
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
-                   "delete_before_grace"})
+                   "delete_before_grace", "merge_above_lso"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

@@ -21,6 +21,7 @@ from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format import layout
 from txnlog.log_format.arrow_codec import encode_arrow
 from txnlog.log_format.consumer import Consumer
+from txnlog.log_format.manifest import read_latest_manifest
 from txnlog.log_format.storage import Storage
 
 from . import workload
@@ -284,5 +285,205 @@ def test_delta_omits_partition_is_a_torn_transaction(planted: bool, tmp_path: Pa
     found = rec.check()
     if planted:
         assert "torn-transaction" in found, found
+    else:
+        assert found == {}
+
+
+# ------------------------------------------------------------------ merging (issue 12)
+MERGE_FLAGS = ["--merge-min-objects", "2", "--merge-fanout", "2", "--merge-interval-s", "0.1"]
+
+
+def merging_coordinator(tmp_path: Path, grace_ms: int) -> tuple[str, CoordinatorProc]:
+    """A coordinator merging every 2 small objects below the LSO, every 0.1 s; topics whose
+    merged-away objects are deleted ``grace_ms`` after they were merged."""
+    root = (tmp_path / "root").as_uri()
+    proc = CoordinatorProc(root, log_path=tmp_path / "merging.log", extra=MERGE_FLAGS)
+    proc.wait_healthy()
+    for topic, n in workload.TOPICS.items():
+        proc.client().create_topic(topic, n, {"file.delete.delay.ms": grace_ms}, exist_ok=True)
+    return root, proc
+
+
+def wait_for(cond: Any, what: str, timeout: float = 90.0) -> None:
+    """A liveness bound, not a timing claim: the merger gets there or the test says so."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
+        time.sleep(0.05)
+
+
+def merged_end(storage: Storage) -> int:
+    man = read_latest_manifest(storage, TOPIC, 0)
+    return man.end_offset if man is not None else 0
+
+
+def small_below_merged_end(storage: Storage) -> list[int]:
+    m = merged_end(storage)
+    listing = storage.list(layout.partition_dir(TOPIC, 0))
+    found = (layout.parse_segment_name(o.name) for o in listing)
+    return [s.base_offset for s in found if s is not None and s.base_offset < m]
+
+
+def commit_some(rec: Recorder, p: TransactionalProducer, first: int, n: int) -> None:
+    for i in range(first, first + n):
+        p.begin_transaction()
+        rec.send(p, f"P:{i}", 100 + i, 0)
+        assert rec.end(p, f"P:{i}", commit=True) == "ok"
+
+
+def zombie_reserves(rec: Recorder, c: CoordinatorClient) -> tuple[int, int, int]:
+    """Transaction Z:0 reserves one offset of partition 0 and stalls before its write."""
+    pid, epoch = c.init_producer_id("X", 60_000)
+    base = c.reserve(pid, epoch, {(TOPIC, 0): (0, 1)})[(TOPIC, 0)]
+    rec.h.write("send", proc="Z", txn="Z:0", topic=TOPIC, partition=0, key="k", value=7)
+    return pid, epoch, base
+
+
+def zombie_fenced(rec: Recorder, c: CoordinatorClient, pid: int, epoch: int) -> None:
+    """A newer instance aborts Z:0 (a 0-byte fence takes its reserved name)."""
+    c.init_producer_id("X", 60_000)
+    with pytest.raises(cerr.CoordinatorError):
+        c.end_txn("X", pid, epoch, True)
+    rec.h.write("commit", proc="Z", txn="Z:0", outcome="fail")
+
+
+def zombie_put(storage: Storage, pid: int, epoch: int, base: int) -> bool:
+    """The zombie wakes up and writes its reservation, put-if-absent."""
+    data = encode_arrow(pa.RecordBatch.from_pydict({"value": [b"7"]}), producer_id=pid,
+                        producer_epoch=epoch, base_sequence=0,
+                        transactional=True).with_base_offset(base)
+    return storage.put_if_absent(layout.segment_path(TOPIC, 0, base), data)
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "trust_merged_away"])
+def test_trust_merged_away_reads_a_zombie_in_a_freed_name(
+        planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The freed-name trap: a zombie's reserved offset is fenced, the fence merged below the
+    merged end and deleted after the grace period; the zombie's late put-if-absent then
+    lands. Readers must never look below the merged end (the manifest's objects only); a
+    reader trusting the small objects reads the zombie's record as committed."""
+    rec = Recorder(tmp_path)
+    root, proc = merging_coordinator(tmp_path, 2000)
+    storage = Storage.for_url(root)
+    try:
+        c = proc.client()
+        pid, epoch, base = zombie_reserves(rec, c)
+        zombie_fenced(rec, c, pid, epoch)
+        commit_some(rec, producer(root, proc.endpoint, "P"), 0, 6)  # type: ignore[arg-type]
+        # the fence and the abort marker's .txnindex merged, and deleted 2 s later
+        wait_for(lambda: merged_end(storage) > base + 1 and not small_below_merged_end(storage),
+                 "everything below the merged end deleted")
+    finally:
+        proc.stop()  # no cleanup sweeps the late write away before the reads below
+    assert zombie_put(storage, pid, epoch, base)  # the name is free again
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "trust_merged_away")
+    rec.scan(root)
+    rec.scan(root, iso="read_uncommitted")
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    rec.final(root)
+    found = rec.check()
+    if planted:
+        assert "aborted-read" in found, found
+    else:
+        assert found == {}
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "delete_before_grace"])
+def test_delete_before_grace_shows_a_reader_what_its_manifest_did_not_cover(
+        planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader gets the manifest, then lists the small objects from its merged end. The
+    merger may merge (and move the merged end past) what it then lists: the grace period
+    keeps those small objects, fences included, until no such reader can still be between
+    its two requests. Deleting at once lets the listing miss merged data (holes) and find a
+    zombie's late write in a freed name. Reading an object deleted under it makes a reader
+    list again; a name it never listed cannot. The reader (a consumer at the tail, reading
+    small objects only) has its manifest GET replayed from before the merge: the window
+    between its two requests, made long."""
+    from txnlog.log_format import reader as reader_mod
+
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "delete_before_grace")  # the coordinator's
+    rec = Recorder(tmp_path)
+    root, proc = merging_coordinator(tmp_path, 10_000)
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    storage = Storage.for_url(root)
+    try:
+        c = proc.client()
+        p = producer(root, proc.endpoint, "P")  # type: ignore[arg-type]
+        commit_some(rec, p, 0, 3)
+        wait_for(lambda: merged_end(storage) > 0, "a first merge")
+        pid, epoch, base = zombie_reserves(rec, c)
+        stale = read_latest_manifest(storage, TOPIC, 0)  # the reader's GET: Z:0 holds the LSO
+        assert stale is not None and stale.end_offset <= base
+        zombie_fenced(rec, c, pid, epoch)
+        commit_some(rec, p, 3, 4)
+        wait_for(lambda: merged_end(storage) > base + 1, "the fence merged")
+        if planted:
+            wait_for(lambda: not small_below_merged_end(storage), "deleted at once")
+    finally:
+        proc.stop()  # no cleanup sweeps the late write away before the reads below
+    assert zombie_put(storage, pid, epoch, base) is planted  # the fence still holds the name
+    real = reader_mod.read_latest_manifest
+    replayed: list[int] = []
+
+    def manifest_from_before(st: Storage, topic: str, partition: int) -> Any:
+        if (topic, partition) == (TOPIC, 0) and not replayed:
+            replayed.append(1)
+            return stale
+        return real(st, topic, partition)
+
+    monkeypatch.setattr(reader_mod, "read_latest_manifest", manifest_from_before)
+    tail = Consumer(root, TOPIC)  # lists partition 0 (with the manifest from before)
+    tail.seek((TOPIC, 0), base)  # where it stopped: the LSO while Z:0 was open
+    rec.poll(tail)
+    monkeypatch.setattr(reader_mod, "read_latest_manifest", real)
+    assert replayed
+    rec.final(root)
+    found = rec.check()
+    if planted:
+        assert "aborted-read" in found, found
+    else:
+        assert found == {}
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "merge_above_lso"])
+def test_merge_above_lso_loses_a_late_write(planted: bool, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An open transaction has reserved an offset and not written it yet (its put is slow);
+    commits go on after it. Below the LSO every offset is resolved; above it a gap may be
+    a write still to come. A merger going past the LSO takes the gap for resolved and moves
+    the merged end past it: the write lands below the merged end, the transaction commits,
+    and no reader ever sees it."""
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "merge_above_lso")  # the coordinator's
+    rec = Recorder(tmp_path)
+    root, proc = merging_coordinator(tmp_path, 2000)
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    storage = Storage.for_url(root)
+    try:
+        c = proc.client()
+        p = producer(root, proc.endpoint, "P")  # type: ignore[arg-type]
+        commit_some(rec, p, 0, 1)
+        pid, epoch = c.init_producer_id("A", 60_000)
+        base = c.reserve(pid, epoch, {(TOPIC, 0): (0, 1)})[(TOPIC, 0)]
+        rec.h.write("send", proc="A", txn="A:0", topic=TOPIC, partition=0, key="k", value=1)
+        commit_some(rec, p, 1, 5)
+        if planted:
+            wait_for(lambda: merged_end(storage) > base, "merged past the gap")
+        data = encode_arrow(pa.RecordBatch.from_pydict({"value": [b"1"]}), producer_id=pid,
+                            producer_epoch=epoch, base_sequence=0,
+                            transactional=True).with_base_offset(base)
+        assert storage.put_if_absent(layout.segment_path(TOPIC, 0, base), data)
+        c.confirm(pid, epoch, [(TOPIC, 0, base)])
+        c.end_txn("A", pid, epoch, True)
+        rec.h.write("commit", proc="A", txn="A:0", outcome="ok")
+        proc.client().stable(publish=True)
+        rec.final(root)
+    finally:
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "lost-write" in found, found
     else:
         assert found == {}
