@@ -487,3 +487,17 @@ def test_merge_above_lso_loses_a_late_write(planted: bool, tmp_path: Path,
         assert "lost-write" in found, found
     else:
         assert found == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("planted", "fault"), [("trust_merged_away", "zombie"),
+                                                ("delete_before_grace", "none")])
+def test_the_harness_catches_merging_bugs(planted: str, fault: str, tmp_path: Path) -> None:
+    """The chaos harness itself (short profile, merging all the time) reports the planted
+    merging bugs: its late-write zombies and slow tailing readers (workload.py) meet them."""
+    from .run import PROFILES, run_all
+
+    (res,) = run_all([fault], ["file"], PROFILES["short"], tmp_path, seed=5, unsafe=planted,
+                     log=print)
+    assert res.error is None, res.error
+    assert res.anomalies, res

@@ -25,6 +25,7 @@ from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format import layout
 from txnlog.log_format.consumer import Consumer
+from txnlog.log_format.manifest import read_latest_manifest
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import read_latest_stable
 from txnlog.log_format.storage import Storage
@@ -323,31 +324,47 @@ class _CountingStorage:
 
 
 def held_scan_op(root: str, hold_s: float) -> dict[str, Any] | None:
-    """A slow reader: one snapshot, every partition listed, then ``hold_s`` seconds later
-    read in full from that listing (read_committed). Objects the merger merged away and
-    deleted under it make it list again (``gone`` counts them): with the grace period
-    (``file.delete.delay.ms``) longer than twice ``hold_s``, none should be."""
-    storage = _CountingStorage(Storage.for_url(root))
+    """A slow tailing reader: it gets every partition's manifest, and its LIST of the small
+    objects from each merged end comes ``hold_s`` later (a pause between its requests, less
+    than half the grace period ``file.delete.delay.ms``, as the reader's contract allows);
+    then it reads each partition from that merged end up to one snapshot's LSO. Objects the
+    merger deleted under it make it list again (``gone`` counts them); what was merged in
+    the pause must still be there (the grace period), else the listing has holes, or a
+    zombie's late write in a freed name. An incremental read of its own (mode ``poll``)."""
+    from txnlog.log_format import reader as reader_mod
+
+    base = Storage.for_url(root)
+    storage = _CountingStorage(base)
     t0 = time.time()
-    snap = read_latest_stable(storage._storage)
+    snap = read_latest_stable(base)
     if snap is None:
         return None
-    readers = {tp: PartitionReader(storage, tp[0], tp[1], snapshot=snap)  # type: ignore
-               for tp in partitions()}
-    for r in readers.values():
-        r.segments()  # the listing this reader holds
+    held = {tp: read_latest_manifest(base, tp[0], tp[1]) for tp in partitions()}  # the GETs
     time.sleep(hold_s)
+    replay = dict(held)
+
+    def manifest(st: Storage, topic: str, p: int) -> Any:
+        if (topic, p) in replay:
+            return replay.pop((topic, p))  # the one got before the pause
+        return read_latest_manifest(st, topic, p)
+
     reads: dict[str, list[list[int]]] = {}
     ranges: dict[str, list[int]] = {}
-    for (topic, p), r in readers.items():
-        rows = reads.setdefault(tp_key(topic, p), [])
-        end = r.latest_offset()
-        for chunk in r.read(0, end):
-            b = chunk.batch
-            rows.extend([o, int(v)] for o, v in zip(b.column("offset").to_pylist(),
-                                                    b.column("value").to_pylist(),
-                                                    strict=True))
-        ranges[tp_key(topic, p)] = [0, end]
+    reader_mod.read_latest_manifest = manifest  # type: ignore[assignment]
+    try:
+        for (topic, p), man in held.items():
+            r = PartitionReader(storage, topic, p, snapshot=snap)  # type: ignore[arg-type]
+            start = man.end_offset if man is not None else 0
+            end = max(start, r.latest_offset())
+            rows = reads.setdefault(tp_key(topic, p), [])
+            for chunk in r.read(start, end):
+                b = chunk.batch
+                rows.extend([o, int(v)] for o, v in zip(b.column("offset").to_pylist(),
+                                                        b.column("value").to_pylist(),
+                                                        strict=True))
+            ranges[tp_key(topic, p)] = [start, end]
+    finally:
+        reader_mod.read_latest_manifest = read_latest_manifest
     return {"isolation": "read_committed", "t0": t0, "outcome": "ok", "error": None,
             "snapshot": list(snap.key),
             "bounds": {tp_key(t, p): list(snap.offsets(t, p)) for t, p in partitions()},
@@ -376,11 +393,12 @@ def run_consumer(args: argparse.Namespace) -> None:
                     hist.write("poll", proc=name, mode="poll", outcome="fail", error=err(exc))
             if args.held_every and n % args.held_every == 0:
                 try:
+                    name = f"{proc}-held{n}"  # one read each: its range starts anywhere
                     op = held_scan_op(args.root, rng.uniform(0.3, 0.9))
                     if op is not None:
-                        hist.write("poll", proc=f"{proc}-held", mode="scan", **op)
+                        hist.write("poll", proc=name, mode="poll", **op)
                 except Exception as exc:
-                    hist.write("poll", proc=f"{proc}-held", mode="scan", outcome="fail",
+                    hist.write("poll", proc=f"{proc}-held{n}", mode="poll", outcome="fail",
                                error=err(exc))
             if n % args.scan_every == 0:
                 try:
