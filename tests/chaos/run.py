@@ -1015,8 +1015,9 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """The docs/reliability.md table from results.json entries."""
     lines = ["| fault class | backend | transactions (committed / aborted / unknown) | records "
-             "| of them Spark jobs (c / a / u) | stream records | faults injected | anomalies "
-             "| time |", "|---|---|---|---:|---|---:|---:|---|---:|"]
+             "| of them Spark jobs (c / a / u) | stream records | faults injected "
+             "| merges (segments) / deleted | late writes in freed names | anomalies | time |",
+             "|---|---|---|---:|---|---:|---:|---|---:|---|---:|"]
     for r in results:
         jobs = r.get("spark_jobs") or {}
         spark = (f"{sum(jobs.values())} ({jobs.get('committed', 0)} / {jobs.get('aborted', 0)}"
@@ -1029,7 +1030,9 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
             anomalies += f"; error: {r['error']}"
         lines.append(f"| {r['fault']} | {r['backend']} | {r['txns']:,} ({r['committed']:,} / "
                      f"{r['aborted']} / {r['unknown']}) | {r['records']:,} | {spark} | {stream} "
-                     f"| {r['faults_injected']} | {anomalies} | {r['seconds']:.0f} s |")
+                     f"| {r['faults_injected']} | {r.get('merges', 0):,} ({r.get('segments', 0)})"
+                     f" / {r.get('deleted', 0):,} | {r.get('late_writes', 0)} "
+                     f"| {anomalies} | {r['seconds']:.0f} s |")
     return "\n".join(lines)
 
 

@@ -30,6 +30,9 @@ def _check(fault: str, backend: str, tmp_path: Path) -> None:
     assert res.error is None, res.error
     assert res.committed > 0
     assert not res.anomalies, (res.anomalies, res.examples, res.history)
+    # merging and cleanup ran under the fault: reads went through manifests and merged
+    # objects, and merged-away small objects were deleted
+    assert res.merges > 0 and res.deleted > 0, res
     if fault.startswith("spark-"):
         assert res.spark_jobs.get("committed", 0) > 0, res.spark_jobs
         assert res.stream_records > 0
