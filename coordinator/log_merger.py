@@ -22,7 +22,7 @@ One merge of a partition, in order (``merge_state`` holds the records):
 
 Deleting is idempotent and runs after the due time; ``cleaned`` records what is gone. A
 name freed that way can be taken by a zombie's late put-if-absent: readers never look below
-M, and the next cleanup deletes whatever appeared there (a sweep below what is long merged).
+M, and every cleanup deletes all small objects below what it cleans, whatever wrote them.
 
 Merging never holds the commit path: it reads and writes on its own threads, appends two
 records per merge, and one partition is merged at a time.
@@ -64,7 +64,7 @@ from .txn_log_records import LogRecord
 
 log = logging.getLogger("txnlog.coordinator.log_merger")
 
-SWEEP_KEYS = 1000  # one LIST page: the sweep for zombie objects below the cleaned range
+SWEEP_KEYS = 1000  # one LIST page of small objects to delete
 MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
 
 
@@ -370,41 +370,39 @@ class LogMerger:
         deleted = 0
         for key, pm in list(self.state.merges.items()):
             due = 0
-            while due < len(pm.garbage) and pm.garbage[due][0] <= now:
+            while due < len(pm.garbage) and pm.garbage[due].due_ms <= now:
                 due += 1
             if not due:
                 continue
-            paths = [path for row in pm.garbage[:due] for path in row[1]]
+            topic, p = self._split(key)
+            rows = pm.garbage[:due]
+            paths = [path for row in rows for o in row.merged for path in o.paths(topic, p)]
+            paths += [layout.manifest_path(topic, p, seq) for row in rows
+                      for seq in range(row.manifest_lo, row.manifest_hi)]
             await self.io.run(self.storage.delete_many, paths)
+            small = await self._delete_small_below(topic, p, rows[-1].small_below)
             await self.commits.commit([LogRecord("cleaned", {"id": key, "n": due})])
-            deleted += len(paths) + await self._sweep(key, pm)
-            self.observer.object_written("deleted", len(paths))
+            deleted += len(paths) + small
+            self.observer.object_written("deleted", len(paths) + small)
         return deleted
 
-    async def _sweep(self, key: str, pm: PartitionMerges) -> int:
-        """Delete small objects below what every reader has stopped using (all garbage up
-        to the oldest row still waiting is gone): a zombie's late write into a freed name,
-        or an object an earlier cleanup missed."""
-        topic, p = self._split(key)
-        bound = pm.merged_end
-        for _, paths in pm.garbage:  # rows still waiting: their small objects stay
-            for path in paths:
-                name = path.rsplit("/", 1)[-1]
-                parsed = layout.parse_segment_name(name)
-                if parsed is not None and path.count("/") == 1:
-                    bound = min(bound, parsed.base_offset)
-        listing = await self.io.run(self.storage.list, layout.partition_dir(topic, p), None,
-                                    SWEEP_KEYS)
-        stray = []
-        for obj in listing:
-            parsed = layout.parse_segment_name(obj.name)
-            if parsed is not None and parsed.base_offset < bound:
-                stray.append(f"{layout.partition_dir(topic, p)}/{obj.name}")
-        if stray:
-            log.info("deleting %d objects below %s's cleaned range (late writes)", len(stray),
-                     key)
-            await self.io.run(self.storage.delete_many, stray)
-        return len(stray)
+    async def _delete_small_below(self, topic: str, p: int, below: int) -> int:
+        """Delete the partition's small objects (and txnindexes) below ``below``: what was
+        merged and waited out its grace period, and whatever a zombie wrote into a name
+        freed earlier. Listed page by page from the start of the directory, where nothing
+        but such garbage is left: the cost is what is deleted, not history."""
+        directory = layout.partition_dir(topic, p)
+        total = 0
+        while True:
+            page = await self.io.run(self.storage.list, directory, None, SWEEP_KEYS)
+            doomed = [f"{directory}/{o.name}" for o in page
+                      if (n := layout.parse_segment_name(o.name)) is not None
+                      and n.base_offset < below]
+            if doomed:
+                await self.io.run(self.storage.delete_many, doomed)
+                total += len(doomed)
+            if len(page) < SWEEP_KEYS or len(doomed) < len(page):
+                return total
 
     # ------------------------------------------------------------------------ lifecycle
     async def stop(self) -> None:

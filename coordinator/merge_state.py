@@ -88,10 +88,37 @@ class MergePlan:
                    int(d["grace_ms"]), int(d["ms"]))
 
 
+GARBAGE_COALESCE_MS = 1_000  # merges whose garbage falls due within this share one row
+
+
+@dataclass
+class Garbage:
+    """What merges replaced, deletable at ``due_ms``: every small object (and its txnindex)
+    below ``small_below``, the manifests ``[manifest_lo, manifest_hi)``, and these merged
+    objects. Ranges, not names: a partition's state stays small however fast it commits
+    (at most one row per GARBAGE_COALESCE_MS of grace period), and deleting everything below
+    ``small_below`` also takes whatever a zombie wrote into a freed name."""
+
+    due_ms: int
+    small_below: int
+    manifest_lo: int
+    manifest_hi: int
+    merged: list[MergedObject] = field(default_factory=list)
+
+    def to_json(self) -> list[Any]:
+        return [self.due_ms, self.small_below, self.manifest_lo, self.manifest_hi,
+                [o.to_json() for o in self.merged]]
+
+    @classmethod
+    def from_json(cls, row: list[Any]) -> Garbage:
+        return cls(int(row[0]), int(row[1]), int(row[2]), int(row[3]),
+                   [MergedObject.from_json(o) for o in row[4]])
+
+
 @dataclass
 class PartitionMerges:
     """One partition's merged objects (what its newest manifest names), the merge under
-    way, and the garbage waiting for its grace period: ``[due_ms, [paths]]`` rows."""
+    way, and the garbage waiting for its grace period."""
 
     seq: int = 0
     start_offset: int = 0
@@ -99,7 +126,7 @@ class PartitionMerges:
     open_since_ms: int = 0
     grace_ms: int = 0
     planned: MergePlan | None = None
-    garbage: list[list[Any]] = field(default_factory=list)
+    garbage: list[Garbage] = field(default_factory=list)
 
     @property
     def merged_end(self) -> int:
@@ -125,7 +152,7 @@ class PartitionMerges:
                 "objects": [o.to_json() for o in self.objects],
                 "open_since_ms": self.open_since_ms, "grace_ms": self.grace_ms,
                 "planned": self.planned.to_record() if self.planned is not None else None,
-                "garbage": self.garbage}
+                "garbage": [g.to_json() for g in self.garbage]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PartitionMerges:
@@ -133,7 +160,7 @@ class PartitionMerges:
                    [MergedObject.from_json(r) for r in d["objects"]],
                    int(d["open_since_ms"]), int(d["grace_ms"]),
                    MergePlan.from_record(d["planned"]) if d.get("planned") else None,
-                   [list(g) for g in d["garbage"]])
+                   [Garbage.from_json(g) for g in d["garbage"]])
 
 
 def apply_merge(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
@@ -152,11 +179,19 @@ def apply_merged(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
     if plan is None or plan.seq != int(d["seq"]):
         raise ValueError(f"merged record for {d['id']} #{d['seq']} without its plan")
     man = pm.manifest_after(plan)
-    grace = max(plan.grace_ms, pm.grace_ms)
-    paths = [p for i in plan.inputs for p in i.paths(plan.topic, plan.partition)]
-    if pm.seq:
-        paths.append(layout.manifest_path(plan.topic, plan.partition, pm.seq))
-    pm.garbage.append([int(d["ms"]) + grace, paths])
+    due = int(d["ms"]) + max(plan.grace_ms, pm.grace_ms)
+    small = [i.end_offset for i in plan.inputs if i.level == SMALL]
+    merged = [i.as_merged() for i in plan.inputs if i.level != SMALL]
+    last = pm.garbage[-1] if pm.garbage else None
+    if last is not None and due - last.due_ms < GARBAGE_COALESCE_MS:
+        last.due_ms = max(last.due_ms, due)
+        last.small_below = max([last.small_below, *small])
+        last.manifest_hi = max(last.manifest_hi, pm.seq + 1 if pm.seq else 0)
+        last.merged.extend(merged)
+    else:
+        below = max([last.small_below if last else 0, *small])
+        lo = last.manifest_hi if last else (pm.seq if pm.seq else 0)
+        pm.garbage.append(Garbage(due, below, lo, pm.seq + 1 if pm.seq else lo, merged))
     pm.seq, pm.start_offset, pm.objects = plan.seq, man.start_offset, list(man.objects)
     pm.open_since_ms, pm.grace_ms, pm.planned = plan.open_since_ms, plan.grace_ms, None
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -193,6 +192,12 @@ def test_a_root_written_without_merging_is_converted_while_serving(file_root: st
     assert before >= 80
 
 
+def _newest_snapshot(storage: Storage) -> dict:
+    snaps = [o.name for o in storage.list(layout.TRANSACTION_STATE_DIR)
+             if o.name.endswith(layout.SNAPSHOT_SUFFIX)]
+    return json.loads(storage.get(f"{layout.TRANSACTION_STATE_DIR}/{max(snaps)}"))
+
+
 def test_partition_listing_stays_bounded_as_history_grows(file_root: str) -> None:
     """Objects in the partition's own directory: at most the unmerged tail and what waits
     for its grace period — not history."""
@@ -200,16 +205,18 @@ def test_partition_listing_stays_bounded_as_history_grows(file_root: str) -> Non
     with coordinator(file_root) as proc:
         CoordinatorClient(proc.endpoint).create_topic(
             "b", 1, {"file.delete.delay.ms": str(GRACE_MS), "segment.bytes": "4000"})
-        counts = []
+        counts: list[int] = []
+        merge_state: list[int] = []  # bytes of the coordinator's merge state, per round
         for round_ in range(3):
             write(file_root, proc.endpoint, "b", 60, start=60 * round_, abort_every=0)
             hw = PartitionReader(storage, "b", 0).high_watermark()
             wait_manifest(storage, "b", hw - 8)
             time.sleep(GRACE_MS / 1000 + 1.5)  # let the grace period pass, then a cleanup
             counts.append(len(storage.list(layout.partition_dir("b", 0))))
+            merge_state.append(len(json.dumps(_newest_snapshot(storage).get("merges"))))
         man = read_latest_manifest(storage, "b", 0)
         assert man is not None
     assert max(counts) <= 2 * 8 + 4, counts  # tail + what waits, whatever the history
+    assert merge_state[-1] <= 2 * merge_state[0], merge_state  # the state does not grow
     assert len(man.objects) <= 3 + 2 * 3, man.objects  # segments of 4 kB + runs
     assert json.loads(man.to_json())["grace_ms"] == GRACE_MS
-    os.environ.pop("TXNLOG_UNSAFE", None)
