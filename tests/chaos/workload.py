@@ -25,7 +25,7 @@ from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format import layout
 from txnlog.log_format.consumer import Consumer
-from txnlog.log_format.manifest import read_latest_manifest
+from txnlog.log_format.manifest import MIN_GRACE_MS, read_latest_manifest
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import read_latest_stable
 from txnlog.log_format.storage import Storage
@@ -339,13 +339,20 @@ def held_scan_op(root: str, hold_s: float) -> dict[str, Any] | None:
     snap = read_latest_stable(base)
     if snap is None:
         return None
+    got = time.monotonic()
     held = {tp: read_latest_manifest(base, tp[0], tp[1]) for tp in partitions()}  # the GETs
     time.sleep(hold_s)
     replay = dict(held)
 
     def manifest(st: Storage, topic: str, p: int) -> Any:
         if (topic, p) in replay:
-            return replay.pop((topic, p))  # the one got before the pause
+            man = replay.pop((topic, p))
+            # the one got before the pause, as long as the reader's contract allows: it
+            # reads small objects for half the grace period after it listed, so its LIST
+            # may come at most the other half after its GET (a late wake-up: a fresh one)
+            grace_s = (man.grace_ms if man is not None else MIN_GRACE_MS) / 1000
+            if time.monotonic() - got <= grace_s / 2:
+                return man
         return read_latest_manifest(st, topic, p)
 
     reads: dict[str, list[list[int]]] = {}
