@@ -157,8 +157,9 @@ class LogMerger:
     def start(self) -> None:
         if not self.enabled:
             return
-        self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
-                      for p in range(int(meta["partitions"]))]
+        if not self.state.merge_swept:  # a root written before merging: look at all once
+            self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
+                          for p in range(int(meta["partitions"]))]
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="merger")
 
@@ -197,6 +198,8 @@ class LogMerger:
             while done < MERGES_PER_TICK and await self._guarded(key, self.merge_once(key)):
                 done += 1
         await self.clean_due()
+        if not self.state.merge_swept and not self.sweep:
+            await self.commits.commit([LogRecord("swept", {"id": ""})])
         return done
 
     async def _guarded(self, key: str, coro: Any) -> bool:

@@ -14,7 +14,8 @@ change are a function of the record and the state just before it:
   reservations), as they were before it is applied (Complete clears them) and as the record
   carries them (Prepare's plan);
 - ``takeover``, ``pid_block``, ``producer``, ``member``, ``batch``, ``offsets``, and the
-  merge records (``merge``, ``merged``, ``cleaned``: merging moves no HW or LSO): none;
+  merge records (``merge``, ``merged``, ``cleaned``, ``swept``: merging moves no HW or
+  LSO): none;
 - any other kind (one added later): every partition, until the next full recompute.
 
 What a missed partition would cost is bounded: a committed or aborted transaction holds its
@@ -37,7 +38,7 @@ from .state import CoordinatorState
 from .txn_log_records import LogRecord
 
 NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets",
-                           "merge", "merged", "cleaned"})
+                           "merge", "merged", "cleaned", "swept"})
 
 
 def _plan_keys(plan: Any) -> Iterable[str]:

@@ -60,6 +60,9 @@ class CoordinatorState:
     unreplicated: list[UnreplicatedTxn] = field(default_factory=list)
     # Per partition key: its merged objects, the merge under way, garbage (merge_state.py).
     merges: dict[str, PartitionMerges] = field(default_factory=dict)
+    # Every partition was looked at for merging once (roots written before merging existed
+    # convert by that sweep; a root that has it needs no sweep at start).
+    merge_swept: bool = False
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -148,6 +151,9 @@ class CoordinatorState:
 
     def _apply_cleaned(self, d: dict[str, Any]) -> None:
         apply_cleaned(self.merges, d)
+
+    def _apply_swept(self, d: dict[str, Any]) -> None:
+        self.merge_swept = True
 
     def _apply_takeover(self, d: dict[str, Any]) -> None:
         self.coordinator_epoch = d["epoch"]
@@ -364,6 +370,7 @@ class CoordinatorState:
             # only when something was merged, so snapshots of unmerged roots keep their bytes
             **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
                if self.merges else {}),
+            **({"merge_swept": True} if self.merge_swept else {}),
         }
 
     @classmethod
@@ -396,6 +403,7 @@ class CoordinatorState:
             st.txns[txn.tid] = txn
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
         st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
+        st.merge_swept = bool(s.get("merge_swept"))
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

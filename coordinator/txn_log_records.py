@@ -44,6 +44,7 @@ OWN_KINDS: dict[str, int] = {
     "merge": 1010,        # a merge of a partition's objects was planned (merge_state.py)
     "merged": 1011,       # its output and manifest are durable: readers use them
     "cleaned": 1012,      # objects it replaced are deleted (after the grace period)
+    "swept": 1013,        # every partition was looked at for merging once (old roots)
 }
 KIND_OF_TYPE = {v: k for k, v in OWN_KINDS.items()}
 
