@@ -1,6 +1,7 @@
 """Partition read throughput into Arrow: local files and a real S3 server vs. decode only.
 
     python bench/read.py [--records 1000000] [--segment-mb 8] [--no-s3]
+                         [--merged-segment-mb 1024]
 
 Writes one partition (transactional batches committed per segment object, Kafka-sized
 ~1 MiB batches, 16-byte keys and 100-byte values by default) to a local root and to a
@@ -10,6 +11,11 @@ SeaweedFS server on 127.0.0.1 (tests/s3_server.py), then times
   from each root,
 and prints records/s, MB/s (of segment bytes) and the storage overhead ratio
 (decode-only rate / read rate). Best of `--repeat` runs.
+
+Each root is read twice, interleaved: as the small objects commits leave ("file", "s3") and
+merged into Kafka segments of ``--merged-segment-mb`` with their indexes and a manifest, as
+the coordinator's merger leaves them ("file merged", "s3 merged"; issue 12: reads from
+merged segments must be at least as fast). The last column is merged / small.
 """
 
 from __future__ import annotations
@@ -36,8 +42,16 @@ from txnlog.log_format.arrow_codec import (  # noqa: E402
     scan_batches,
 )
 from txnlog.log_format.control import ControlType, Marker, encode_markers  # noqa: E402
-from txnlog.log_format.layout import partition_dir, segment_path  # noqa: E402
+from txnlog.log_format.layout import (  # noqa: E402
+    INDEX_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    partition_dir,
+    segment_path,
+)
+from txnlog.log_format.manifest import MergedObject, new_manifest  # noqa: E402
 from txnlog.log_format.reader import PartitionReader  # noqa: E402
+from txnlog.log_format.segment_merge import MergeInput, merge_segment  # noqa: E402
 from txnlog.log_format.stable import make_snapshot, write_stable  # noqa: E402
 from txnlog.log_format.storage import Storage  # noqa: E402
 
@@ -80,6 +94,39 @@ def write_partition(storage: Storage, segments: list[tuple[int, bytes]]) -> int:
     return end
 
 
+def write_merged(storage: Storage, segments: list[tuple[int, bytes]],
+                 segment_bytes: int) -> int:
+    """The same partition as the merger leaves it: closed segments of at most
+    ``segment_bytes`` with .index/.timeindex, named by a manifest."""
+    end = segments[-1][0] + count_offsets(segments[-1][1])
+    bases = [b for b, _ in segments] + [end]
+    groups: list[list[int]] = [[]]
+    size = 0
+    for i, (_, data) in enumerate(segments):
+        if groups[-1] and size + len(data) > segment_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += len(data)
+    objects = []
+    for g in groups:
+        merged = merge_segment([MergeInput(bases[i], bases[i + 1], segments[i][1]) for i in g])
+        obj = MergedObject(0, merged.base_offset, merged.end_offset, len(merged.log),
+                           merged.txnindex is not None, merged.max_timestamp)
+        files = [(obj.path(TOPIC, 0), merged.log),
+                 (obj.path(TOPIC, 0, INDEX_SUFFIX), merged.index),
+                 (obj.path(TOPIC, 0, TIMEINDEX_SUFFIX), merged.timeindex)]
+        if merged.txnindex is not None:
+            files.append((obj.path(TOPIC, 0, TXNINDEX_SUFFIX), merged.txnindex))
+        for path, data in files:
+            assert storage.put_if_absent(path, data)
+        objects.append(obj)
+    man = new_manifest(TOPIC, 0, 1, objects, 0, 0, 60_000)
+    assert storage.put_if_absent(man.path, man.to_json())
+    write_stable(storage, make_snapshot(1, 0, {partition_dir(TOPIC, 0): (end, end)}))
+    return end
+
+
 def count_offsets(data: bytes) -> int:
     idx = scan_batches(data, verify_crc=False)
     return int(idx["base_offset"][-1] + idx["last_offset_delta"][-1] + 1 - idx["base_offset"][0])
@@ -92,6 +139,24 @@ def best(fn, repeat: int) -> tuple[float, int]:
         rows = fn()
         times.append(time.perf_counter() - t0)
     return min(times), rows
+
+
+def best_pair(small, merged, repeat: int) -> tuple[tuple[float, int], tuple[float, int]]:
+    """Both reads, interleaved (small, merged, merged, small, ...): best of each."""
+    a: list[float] = []
+    b: list[float] = []
+    rows_a = rows_b = 0
+    for r in range(repeat):
+        order = [(small, a), (merged, b)] if r % 2 == 0 else [(merged, b), (small, a)]
+        for fn, times in order:
+            t0 = time.perf_counter()
+            n = fn()
+            times.append(time.perf_counter() - t0)
+            if fn is small:
+                rows_a = n
+            else:
+                rows_b = n
+    return (min(a), rows_a), (min(b), rows_b)
 
 
 def decode_only(segments: list[tuple[int, bytes]]) -> int:
@@ -115,6 +180,7 @@ def main() -> None:
     ap.add_argument("--key-size", type=int, default=16)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--merged-segment-mb", type=float, default=1024.0)
     ap.add_argument("--no-s3", action="store_true", help="skip the S3 server")
     ap.add_argument("--json", action="store_true", help="print one JSON line too")
     args = ap.parse_args()
@@ -135,18 +201,29 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="txnlog-bench-")
     server = None
     try:
+        seg_bytes = int(args.merged_segment_mb * 2**20)
         local = Storage.for_url(Path(tmp, "root").as_uri())
+        local_m = Storage.for_url(Path(tmp, "merged").as_uri())
         end = write_partition(local, segments)
-        record("file", *best(lambda: read_root(local, end), args.repeat))
+        write_merged(local_m, segments, seg_bytes)
+        small, merged = best_pair(lambda: read_root(local, end), lambda: read_root(local_m, end),
+                                  args.repeat)
+        record("file", *small)
+        record("file merged", *merged)
         if not args.no_s3:
             from s3_server import S3Server
 
             server = S3Server.start(Path(tmp, "weed"))
             server.create_bucket("bench")
             s3 = Storage.for_url("s3://bench/root", server.storage_options())
+            s3_m = Storage.for_url("s3://bench/merged", server.storage_options())
             end = write_partition(s3, segments)
+            write_merged(s3_m, segments, seg_bytes)
             read_root(s3, end)  # warm the connection pool
-            record("s3", *best(lambda: read_root(s3, end), args.repeat))
+            small, merged = best_pair(lambda: read_root(s3, end), lambda: read_root(s3_m, end),
+                                      args.repeat)
+            record("s3", *small)
+            record("s3 merged", *merged)
     finally:
         if server is not None:
             server.stop()
@@ -156,10 +233,14 @@ def main() -> None:
     print(f"{args.records:,} records, {len(segments)} objects, {total_bytes / 2**20:.1f} MiB "
           f"(key {args.key_size} B, value {args.value_size} B), best of {args.repeat}, "
           f"cpus={os.cpu_count()}")
-    print(f"{'path':<12} {'records/s':>14} {'MB/s':>10} {'overhead':>9}")
+    print(f"{'path':<12} {'records/s':>14} {'MB/s':>10} {'overhead':>9} {'merged/small':>13}"
+          f"  (load {os.getloadavg()[0]:.1f})")
     for name, r in results.items():
+        vs = ""
+        if name.endswith(" merged"):
+            vs = f"{r['records_per_s'] / results[name[:-7]]['records_per_s']:>12.2f}x"
         print(f"{name:<12} {r['records_per_s']:>14,.0f} {r['mb_per_s']:>10.1f} "
-              f"{base / r['records_per_s']:>8.2f}x")
+              f"{base / r['records_per_s']:>8.2f}x {vs}")
     if args.json:
         print(json.dumps({"records": args.records, "bytes": total_bytes, **results}))
 
