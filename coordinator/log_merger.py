@@ -117,6 +117,8 @@ class LogMerger:
     # ------------------------------------------------------------------ what to look at
     def observe(self, state: CoordinatorState, rec: LogRecord) -> None:
         """Count the records touching each partition (a commit leaves objects there)."""
+        if rec.kind == "topic":
+            return  # a new topic's partitions hold no objects yet
         keys = touched(state, rec)
         if not keys:
             return

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .arrow_scan import scan_batches
 from .batch_header import NO_TIMESTAMP
 from .errors import CorruptBatchError, CorruptIndexError
@@ -61,6 +63,41 @@ class MergedSegment:
     batches: int
 
 
+def _sparse_entries(positions: list[np.ndarray], lasts: list[np.ndarray],
+                    max_tss: list[np.ndarray], base: int, interval: int
+                    ) -> tuple[list[OffsetEntry], list[TimeEntry], int]:
+    """Kafka's ``.index``/``.timeindex`` entries for batches at ``positions`` (what
+    ``indexes.build_indexes`` computes batch by batch, here with one step per entry, so a
+    segment of millions of one-record batches does not hold the GIL batch by batch):
+    an entry at every batch more than ``interval`` bytes after the previous entry, the time
+    entry the largest timestamp so far (with the last offset of the batch that first had
+    it), and one forced for the final maximum."""
+    if not positions:
+        return [], [], NO_TIMESTAMP
+    pos = np.concatenate(positions)
+    last = np.concatenate(lasts)
+    mts = np.concatenate(max_tss)
+    cummax = np.maximum.accumulate(mts)
+    before = np.concatenate(([NO_TIMESTAMP], cummax[:-1]))
+    rising = np.where(mts > before, np.arange(len(mts)), 0)
+    at_max = np.maximum.accumulate(rising)  # the batch that first reached the max so far
+    offsets: list[OffsetEntry] = []
+    times: list[TimeEntry] = []
+    last_time_ts = NO_TIMESTAMP
+    i = int(np.searchsorted(pos, interval, side="right"))
+    while i < len(pos):
+        offsets.append(OffsetEntry(int(last[i]), int(pos[i])))
+        if cummax[i] > last_time_ts:
+            last_time_ts = int(cummax[i])
+            times.append(TimeEntry(last_time_ts, int(last[at_max[i]]) if last_time_ts !=
+                                   NO_TIMESTAMP else base))
+        i = int(np.searchsorted(pos, pos[i] + interval, side="right"))
+    max_ts = int(cummax[-1])
+    if max_ts > last_time_ts:
+        times.append(TimeEntry(max_ts, int(last[at_max[-1]])))
+    return offsets, times, max_ts
+
+
 def merge_segment(inputs: Sequence[MergeInput], *,
                   index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
                   verify_crc: bool = True) -> MergedSegment:
@@ -75,13 +112,11 @@ def merge_segment(inputs: Sequence[MergeInput], *,
         raise ValueError("a merge needs at least one input")
     base = inputs[0].base_offset
     pieces: list[bytes | memoryview] = []
-    offsets: list[OffsetEntry] = []
-    times: list[TimeEntry] = []
+    positions: list[np.ndarray] = []
+    lasts: list[np.ndarray] = []
+    max_tss: list[np.ndarray] = []
     aborted = []
     position = 0
-    last_entry_pos = 0
-    max_ts, max_ts_offset, last_time_ts = NO_TIMESTAMP, base, NO_TIMESTAMP
-    batches = 0
     expect = base
     for inp in inputs:
         if inp.base_offset != expect:
@@ -101,17 +136,9 @@ def merge_segment(inputs: Sequence[MergeInput], *,
                     f"batches span offsets [{int(first[0])}, {int(last[-1])}] outside the "
                     f"object's range [{inp.base_offset}, {inp.end_offset})",
                     source=inp.source or None)
-            for pos, lo, mts in zip((index["position"] + position).tolist(), last.tolist(),
-                                    index["max_timestamp"].tolist(), strict=True):
-                if mts > max_ts:
-                    max_ts, max_ts_offset = mts, lo
-                if pos - last_entry_pos > index_interval_bytes:
-                    offsets.append(OffsetEntry(lo, pos))
-                    if max_ts > last_time_ts:
-                        times.append(TimeEntry(max_ts, max_ts_offset))
-                        last_time_ts = max_ts
-                    last_entry_pos = pos
-            batches += len(index)
+            positions.append(index["position"] + position)
+            lasts.append(last)
+            max_tss.append(index["max_timestamp"])
             pieces.append(inp.data)
             position += len(inp.data)
         if inp.txnindex:
@@ -122,8 +149,9 @@ def merge_segment(inputs: Sequence[MergeInput], *,
                         f"{inp.source}: aborted transaction marker at {e.last_offset} lies "
                         f"outside the object's range [{inp.base_offset}, {inp.end_offset})")
             aborted.extend(entries)
-    if max_ts > last_time_ts:
-        times.append(TimeEntry(max_ts, max_ts_offset))
+    offsets, times, max_ts = _sparse_entries(positions, lasts, max_tss, base,
+                                             index_interval_bytes)
+    batches = sum(len(p) for p in positions)
     log = b"".join(pieces)
     return MergedSegment(
         base_offset=base, end_offset=expect, log=log,

@@ -5,6 +5,8 @@ kafka-python reads the result batch for batch."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record import MemoryRecords as KpMemoryRecords
 from txnlog.coordinator.merge_policy import MergeSettings, SmallObject, choose_merge
 from txnlog.log_format.control import ControlType, encode_control_batch
@@ -159,3 +161,24 @@ def test_policy_never_spans_more_offsets_than_an_index_can_hold() -> None:
            *_small(2**31 + 5, 4)]
     c = choose([], far)
     assert c is not None and c.level == 0 and c.small == (far[0],)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3000),
+                          st.integers(-1, 50)), min_size=1, max_size=40),
+       st.sampled_from([64, 512, 4096]))
+def test_indexes_equal_kafkas_batch_by_batch_build(batches: list[tuple[int, int, int]],
+                                                   interval: int) -> None:
+    """Any batch sizes and timestamps (rising, falling, missing): the vectorized entries are
+    those LogSegment's batch-by-batch walk (indexes.build_indexes) gives."""
+    inputs = []
+    off = 100
+    for records, size, ts in batches:
+        data = encode_batch([(None, b"v" * size, [], ts * 1000 if ts >= 0 else None)
+                             for _ in range(records)], base_offset=off, now_ms=7)
+        inputs.append(MergeInput(off, off + records, data))
+        off += records
+    seg = merge_segment(inputs, index_interval_bytes=interval)
+    offsets, times = build_indexes(seg.log, 100, index_interval_bytes=interval)
+    assert decode_offset_index(seg.index, 100) == offsets
+    assert decode_time_index(seg.timeindex, 100) == times
