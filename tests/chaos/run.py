@@ -535,6 +535,30 @@ class Scenario:
                         if obj.name.endswith(layout.LOG_SUFFIX):
                             self.seen_small.add(f"{d}/{obj.name}")
 
+    def wait_cleaned(self, timeout: float = 30.0) -> None:
+        """After the final read: the grace period of the last merges passes and cleanup
+        deletes what they merged away (no small object left below any merged end), so every
+        run ends with its deletions done (bounded; a coordinator is restarted if none)."""
+        from txnlog.log_format import layout
+        from txnlog.log_format.manifest import read_latest_manifest
+
+        storage = Storage.for_url(self.root)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = 0
+            with contextlib.suppress(Exception):
+                self.ensure_coordinator(10)
+                for topic, p in workload.partitions():
+                    man = read_latest_manifest(storage, topic, p)
+                    end = man.end_offset if man is not None else 0
+                    for obj in storage.list(layout.partition_dir(topic, p)):
+                        parsed = layout.parse_segment_name(obj.name)
+                        left += parsed is not None and parsed.base_offset < end
+                if not left:
+                    return
+            time.sleep(0.5)
+        self.note("not-cleaned", left=left)
+
     def merge_stats(self, out: Outcome, ops: list[dict[str, Any]]) -> None:
         """What merging and cleanup did in this run (from storage and the history)."""
         from txnlog.log_format import layout
@@ -856,6 +880,7 @@ class Scenario:
         self.final_read()
         if self.spark:
             self.finish_spark()
+        self.wait_cleaned()
         self.stop_watch.set()
         watcher.join(30)
         ops = list(read_history(self.hist_dir))
