@@ -24,8 +24,8 @@ from txnlog.log_format.storage import (
 # ---------------------------------------------------------------------------- semantics
 
 
-def test_put_if_absent_semantics(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_put_if_absent_semantics(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     assert st.put_if_absent("t-0/00000000000000000000.log", b"first") is True
     # same bytes again: our own retry -> success
     assert st.put_if_absent("t-0/00000000000000000000.log", b"first") is True
@@ -35,8 +35,8 @@ def test_put_if_absent_semantics(any_root: str) -> None:
     assert st.get("t-0/00000000000000000000.log") == b"first"
 
 
-def test_empty_object_is_a_fence(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_empty_object_is_a_fence(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     assert st.put_if_absent("t-0/00000000000000000005.log", b"") is True
     assert st.put_if_absent("t-0/00000000000000000005.log", b"late zombie write") is False
     assert st.size("t-0/00000000000000000005.log") == 0
@@ -44,8 +44,8 @@ def test_empty_object_is_a_fence(any_root: str) -> None:
     assert st.list("t-0") == [ObjectInfo("00000000000000000005.log", 0)]
 
 
-def test_get_ranges_size_exists_delete(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_get_ranges_size_exists_delete(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     st.put("a/b/obj", b"0123456789")
     assert st.get("a/b/obj") == b"0123456789"
     assert st.get("a/b/obj", 2, 5) == b"234"
@@ -68,8 +68,8 @@ def test_get_ranges_size_exists_delete(any_root: str) -> None:
     assert not st.exists("a/b/obj")
 
 
-def test_list_sorted_files_only(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_list_sorted_files_only(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     names = ["00000000000000000010.log", "00000000000000000002.log",
              "00000000000000000002.txnindex", "00000000000000000000.log"]
     for i, name in enumerate(names):
@@ -84,8 +84,8 @@ def test_list_sorted_files_only(any_root: str) -> None:
     assert st.list_dirs("orders-0") == ["sub"]
 
 
-def test_listing_is_never_stale(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_listing_is_never_stale(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     assert st.list("p-0") == []
     st.put_if_absent("p-0/a", b"1")
     assert [o.name for o in st.list("p-0")] == ["a"]
@@ -93,6 +93,72 @@ def test_listing_is_never_stale(any_root: str) -> None:
     assert [o.name for o in st.list("p-0")] == ["a", "b"]
     st.delete("p-0/a")
     assert [o.name for o in st.list("p-0")] == ["b"]
+
+
+def test_list_start_after_and_limit(every_root: str) -> None:
+    """S3's ListObjectsV2 StartAfter/MaxKeys (how readers list from a partition's merged
+    end): strictly after, names only directly under the directory, the first `limit`."""
+    st = Storage.for_url(every_root)
+    names = [f"{i:020d}.log" for i in (0, 3, 7, 12, 40)]
+    for name in names:
+        assert st.put_if_absent(f"p-0/{name}", name.encode())
+    # a "directory" sorting among the names (on S3 a CommonPrefix, which counts toward
+    # MaxKeys), and a sibling directory whose name extends this one's
+    assert st.put_if_absent(f"p-0/{9:020d}.sub/x", b"x")
+    assert st.put_if_absent(f"p-00/{1:020d}.log", b"y")
+    assert st.put_if_absent("top", b"t")
+
+    def listed(directory: str = "p-0", **kw: Any) -> list[str]:
+        return [o.name for o in st.list(directory, **kw)]
+
+    assert listed() == names
+    assert listed(start_after=None, limit=None) == names
+    assert listed(start_after=names[1]) == names[2:]  # strictly after
+    assert listed(start_after=names[1][:-4]) == names[1:]  # a prefix sorts before the name
+    assert listed(start_after=f"{5:020d}.log") == names[2:]  # not a name that exists
+    assert listed(start_after="") == names
+    assert listed(start_after=names[-1]) == []
+    assert listed(start_after="~") == []
+    assert listed(limit=2) == names[:2]
+    assert listed(limit=len(names)) == names
+    assert listed(limit=100) == names
+    assert listed(limit=0) == []
+    assert listed(start_after=names[0], limit=2) == names[1:3]
+    # 7, then the directory (not an object: the listing goes on), then 12
+    assert listed(start_after=names[1], limit=2) == names[2:4]
+    assert listed(start_after=names[2], limit=1) == names[3:4]
+    assert listed("p-0/", start_after=names[2], limit=1) == names[3:4]
+    assert st.list("p-0", start_after=names[3]) == [ObjectInfo(names[4], len(names[4]))]
+    assert listed("p-00", start_after="") == [f"{1:020d}.log"]
+    assert listed("", start_after="a") == ["top"]
+    assert listed("", limit=1) == ["top"]
+    assert listed("nothing-here", start_after="a", limit=3) == []
+    # deletes show at once
+    st.delete(f"p-0/{names[3]}")
+    assert listed(start_after=names[1], limit=2) == [names[2], names[4]]
+
+
+def test_delete_many(every_root: str) -> None:
+    """Bulk deletes (S3 DeleteObjects): missing and repeated names are fine, nothing else is
+    touched, and a freed name can be taken again with put-if-absent."""
+    st = Storage.for_url(every_root)
+    names = [f"d-0/{i:020d}.log" for i in range(7)]
+    for name in names:
+        assert st.put_if_absent(name, name.encode())
+    assert st.put_if_absent("d-0/sub/keep", b"k")
+    assert st.put_if_absent("d-1/00000000000000000001.log", b"other")
+    st.delete_many([names[1], names[3], "d-0/missing", names[5], names[3]])
+    assert [o.name for o in st.list("d-0")] == [names[i][4:] for i in (0, 2, 4, 6)]
+    st.delete_many([])
+    st.delete_many(names)
+    assert st.list("d-0") == []
+    assert st.list_dirs("d-0") == ["sub"]
+    assert st.get("d-0/sub/keep") == b"k"
+    assert st.get("d-1/00000000000000000001.log") == b"other"
+    assert not st.exists(names[0])
+    assert st.put_if_absent(names[0], b"again") is True
+    assert st.put_if_absent(names[0], b"zombie") is False
+    assert st.get(names[0]) == b"again"
 
 
 @pytest.mark.parametrize("bad", ["../x", "/abs", "a/../b", "a//b", "./a", ""])
@@ -187,18 +253,18 @@ def test_s3_options_mapping() -> None:
         s3fs_kwargs({"anon": "maybe"})
 
 
-def test_s3_explicit_options(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s3_explicit_options(s3_impl_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """`storage.*` options alone reach the server (no AWS environment)."""
-    for key in s3_server.env():
+    for key in s3_impl_server.env():
         monkeypatch.delenv(key, raising=False)
-    st = Storage.for_url("s3://txnlog-tests/opts", s3_server.storage_options())
+    st = Storage.for_url("s3://txnlog-tests/opts", s3_impl_server.storage_options())
     assert st.put_if_absent("x/y", b"hello") is True
-    assert Storage.for_url("s3://txnlog-tests/opts", s3_server.storage_options()) is st
+    assert Storage.for_url("s3://txnlog-tests/opts", s3_impl_server.storage_options()) is st
     assert st.get("x/y") == b"hello"
 
 
-def test_s3_missing_bucket_is_a_clear_error(s3_server: Any) -> None:
-    st = Storage.for_url("s3://no-such-bucket-here/p", s3_server.storage_options())
+def test_s3_missing_bucket_is_a_clear_error(s3_impl_server: Any) -> None:
+    st = Storage.for_url("s3://no-such-bucket-here/p", s3_impl_server.storage_options())
     with pytest.raises(StorageError, match="no-such-bucket-here"):
         st.put_if_absent("a", b"x")
     with pytest.raises(StorageError, match="no-such-bucket-here"):
@@ -226,7 +292,7 @@ def _racer(root: str, env: dict[str, str], who: int, keys: int, size: int, barri
 
 @pytest.mark.parametrize("procs,keys,size", [(6, 25, 0), (3, 2, 6 << 20)],
                          ids=["small", "6MiB"])
-def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: int,
+def test_put_if_absent_race_exactly_one_winner(every_root: str, procs: int, keys: int,
                                                size: int) -> None:
     """All processes start together (barrier) and walk the same keys in the same order;
     the 6 MiB case is where non-atomic fakes (moto) let two writers win."""
@@ -234,7 +300,7 @@ def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: 
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(procs)
     results = ctx.Queue()
-    workers = [ctx.Process(target=_racer, args=(any_root, env, who, keys, size, barrier, results))
+    workers = [ctx.Process(target=_racer, args=(every_root, env, who, keys, size, barrier, results))
                for who in range(procs)]
     for w in workers:
         w.start()
@@ -242,7 +308,7 @@ def test_put_if_absent_race_exactly_one_winner(any_root: str, procs: int, keys: 
     for w in workers:
         w.join(timeout=60)
         assert w.exitcode == 0
-    st = Storage.for_url(any_root)
+    st = Storage.for_url(every_root)
     for k in range(keys):
         winners = [who for who in range(procs) if won[who][k]]
         assert len(winners) == 1, f"key {k}: winners {winners}"
