@@ -1,8 +1,10 @@
 """The coordinator merges small objects into runs and Kafka segments, and deletes what was
 merged after the grace period (coordinator/log_merger.py), against real coordinator
-processes on both backends: reads are unchanged, the merged bytes are the small objects'
-bytes, a restart mid-merge finishes with the same bytes, a zombie's write into a freed name
-stays invisible, and a root written without merging is converted while it serves."""
+processes on files and on both S3 servers (SeaweedFS, Ceph RGW: listings from the merged
+end, bulk deletes, put-if-absent into a freed name): reads are unchanged, the merged bytes
+are the small objects' bytes, a restart mid-merge finishes with the same bytes, a zombie's
+write into a freed name stays invisible, and a root written without merging is converted
+while it serves."""
 
 from __future__ import annotations
 
@@ -83,12 +85,12 @@ def small_logs(storage: Storage, topic: str) -> list[int]:
             if (p := layout.parse_segment_name(o.name)) and p.suffix == layout.LOG_SUFFIX]
 
 
-def test_merged_reads_equal_small_object_reads(any_root: str) -> None:
-    storage = Storage.for_url(any_root)
-    with coordinator(any_root) as proc:
+def test_merged_reads_equal_small_object_reads(every_root: str) -> None:
+    storage = Storage.for_url(every_root)
+    with coordinator(every_root) as proc:
         client = CoordinatorClient(proc.endpoint)
         client.create_topic("t", 1, {"segment.bytes": "3000"})
-        committed = write(any_root, proc.endpoint, "t", 120)
+        committed = write(every_root, proc.endpoint, "t", 120)
         hw = PartitionReader(storage, "t", 0).high_watermark()
         uncommitted_before = values(storage, "t", "read_uncommitted")
         man = wait_manifest(storage, "t", hw - 8)
@@ -117,7 +119,7 @@ def test_merged_reads_equal_small_object_reads(any_root: str) -> None:
             assert ours and theirs == ours
         # a closed segment is a Kafka log dir's file: dump reads it and its indexes
         seg = next(o for o in man.objects if o.level == 0)
-        root_dir = any_root[len("file://"):] if any_root.startswith("file://") else None
+        root_dir = every_root[len("file://"):] if every_root.startswith("file://") else None
         if root_dir is not None:
             files = [str(Path(root_dir) / seg.path("t", 0, sfx))
                      for sfx in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX,
@@ -128,12 +130,12 @@ def test_merged_reads_equal_small_object_reads(any_root: str) -> None:
 
 
 def test_merged_away_objects_are_deleted_and_a_zombie_name_stays_invisible(
-        any_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    storage = Storage.for_url(any_root)
-    with coordinator(any_root) as proc:
+        every_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = Storage.for_url(every_root)
+    with coordinator(every_root) as proc:
         CoordinatorClient(proc.endpoint).create_topic(
             "g", 1, {"file.delete.delay.ms": str(GRACE_MS)})
-        committed = write(any_root, proc.endpoint, "g", 60, abort_every=0)
+        committed = write(every_root, proc.endpoint, "g", 60, abort_every=0)
         hw = PartitionReader(storage, "g", 0).high_watermark()
         man = wait_manifest(storage, "g", hw - 8)
         deadline = time.monotonic() + 60
@@ -152,7 +154,7 @@ def test_merged_away_objects_are_deleted_and_a_zombie_name_stays_invisible(
         assert values(storage, "g") != committed
         monkeypatch.delenv("TXNLOG_UNSAFE")
         # the next cleanup sweeps the stray object away
-        more = write(any_root, proc.endpoint, "g", 30, start=60, abort_every=0)
+        more = write(every_root, proc.endpoint, "g", 30, start=60, abort_every=0)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and storage.exists(freed):
             time.sleep(0.2)
