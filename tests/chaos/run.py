@@ -117,7 +117,7 @@ class Outcome:
     merged_share: float = 0.0  # of the offsets below the final LSOs: below the merged end
     deleted: int = 0  # small objects the storage watcher saw that were gone at the end
     late_writes: int = 0  # zombie put-if-absents that landed in a freed (merged, deleted) name
-    late_writes_tried: int = 0  # zombies that stopped between reserve and put-if-absent
+    late_writes_tried: int = 0  # zombies resumed once their reserved names were freed
     held_scans: int = 0  # slow readers holding a listing (workload.held_scan_op)
     held_gone: int = 0  # objects deleted under them (each made the reader list again)
     faults_injected: int = 0
@@ -505,7 +505,7 @@ class Scenario:
             if not freed:
                 self.stop_nemesis.wait(0.3)
         self.freed_waits.append(freed)
-        self.note("late-write-zombie", worker=w, bases=bases, freed=freed)
+        self.note("late-write-zombie", worker=w, txn=txn, bases=bases, freed=freed)
         if freed:
             # Only an abort fences a transactional reservation, and the merged end passed
             # it only because an object (the fence) was there: the transaction is aborted
@@ -584,9 +584,12 @@ class Scenario:
             d = layout.partition_dir(topic, p)
             present.update(f"{d}/{o.name}" for o in storage.list(d))
         out.deleted = len(self.seen_small - present)
-        out.late_writes_tried = len(self.freed_waits)
+        out.late_writes_tried = sum(self.freed_waits)
+        freed = {op["txn"] for op in ops if op["f"] == "info"
+                 and op.get("what") == "late-write-zombie" and op.get("freed")}
         for op in ops:
-            if op["f"] == "info" and op.get("what") == "zombie-late-write" and op.get("landed"):
+            if op["f"] == "info" and op.get("what") == "zombie-late-write" and \
+                    op.get("landed") and op["txn"] in freed:
                 out.late_writes += 1
             if op["f"] == "poll" and "hold_s" in op:
                 out.held_scans += 1
