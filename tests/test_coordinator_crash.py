@@ -238,8 +238,8 @@ def test_reader_never_sees_partial_transaction(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fault", ["after_prepare", "after_marker:2"])
-def test_crash_during_commit_on_s3(fault: str, s3_root: str, tmp_path: Path) -> None:
-    root = s3_root
+def test_crash_during_commit_on_s3(fault: str, s3_impl_root: str, tmp_path: Path) -> None:
+    root = s3_impl_root
     st = Storage.for_url(root)
     proc = CoordinatorProc(root, faults=fault, log_path=tmp_path / "c1.log")
     proc.wait_healthy()

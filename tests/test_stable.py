@@ -15,8 +15,8 @@ from txnlog.log_format.stable import (
 from txnlog.log_format.storage import Storage
 
 
-def test_latest_wins_by_epoch_then_seq(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_latest_wins_by_epoch_then_seq(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     assert read_latest_stable(st) is None
     s1 = make_snapshot(1, 5, {"t-0": (10, 8)}, now_ms=1)
     s2 = make_snapshot(1, 12, {"t-0": (20, 20), "t-1": (3, 0)}, now_ms=2)
@@ -44,8 +44,8 @@ def test_never_goes_backwards(file_root: str) -> None:
     assert read_latest_stable(Storage.for_url(file_root + "/empty"), not_below=newer) is newer
 
 
-def test_prune_keeps_newest(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_prune_keeps_newest(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     for seq in range(7):
         write_stable(st, make_snapshot(1, seq, {"t-0": (seq, seq)}))
     assert prune_stable(st, keep=3) == 4

@@ -57,8 +57,8 @@ def _delta_root(st: Storage, epoch: int = 1) -> stable.BaseRef:
 
 
 # ------------------------------------------------------------------------------ format
-def test_a_delta_head_publishes_its_base_overlaid(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_a_delta_head_publishes_its_base_overlaid(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     _delta_root(st)
     snap = read_latest_stable(st)
     assert snap is not None and snap.key == (1, 3)
@@ -173,8 +173,8 @@ def test_a_base_that_stays_missing_fails_clearly(file_root: str) -> None:
 
 
 # ---------------------------------------------------------------------------- pruning
-def test_pruning_keeps_the_bases_the_newest_heads_stand_on(any_root: str) -> None:
-    st = Storage.for_url(any_root)
+def test_pruning_keeps_the_bases_the_newest_heads_stand_on(every_root: str) -> None:
+    st = Storage.for_url(every_root)
     ref1 = write_base(st, 2, 1, encode_base(2, 1, {"t-0": (1, 1)}))
     assert ref1 is not None
     for seq in range(1, 6):
@@ -271,13 +271,13 @@ async def _idempotent_write(engine: TransactionCoordinator, st: Storage, pid: in
                                    "base_offset": item["base_offset"]}], wait_stable=True)
 
 
-def test_each_head_publishes_what_a_full_recompute_gives(any_root: str, small_rebase: None
+def test_each_head_publishes_what_a_full_recompute_gives(every_root: str, small_rebase: None
                                                          ) -> None:
     """The incremental view (partitions changed since the last head) equals the full scan
     after every commit, abort, idempotent write and write of a transaction left open,
     across many base switches, with pruning after every head (keep=1): the newest head's
     base is always there."""
-    st = Storage.for_url(any_root)
+    st = Storage.for_url(every_root)
     rng = random.Random(12)
 
     async def scenario() -> None:
@@ -309,12 +309,12 @@ def test_each_head_publishes_what_a_full_recompute_gives(any_root: str, small_re
 
 
 def test_a_transaction_is_seen_in_all_partitions_or_none_through_deltas(
-        any_root: str, small_rebase: None) -> None:
+        every_root: str, small_rebase: None) -> None:
     """A reader polling in a thread while transactions across three partitions of two
     topics commit concurrently (and bases switch under it): for every snapshot it took,
     each committed transaction is visible (LSO above its record) in all its partitions or
     in none, and no partition's HW or LSO ever went back."""
-    st = Storage.for_url(any_root)
+    st = Storage.for_url(every_root)
     seen: list[StableSnapshot] = []
     done = threading.Event()
 
@@ -365,8 +365,8 @@ def test_a_transaction_is_seen_in_all_partitions_or_none_through_deltas(
 
 
 def test_takeover_never_goes_back_and_a_fenced_coordinators_late_objects_never_win(
-        any_root: str, small_rebase: None) -> None:
-    st = Storage.for_url(any_root)
+        every_root: str, small_rebase: None) -> None:
+    st = Storage.for_url(every_root)
 
     async def scenario() -> None:
         first = await _start(st)

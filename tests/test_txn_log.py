@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from pathlib import Path
 
 import pytest
 from txnlog.coordinator.errors import NotCoordinatorError
@@ -37,8 +36,8 @@ async def _settle(log: TxnLog) -> None:
         await log._snapshot_task
 
 
-def test_takeover_on_a_pruned_offset_is_fenced(tmp_path: Path) -> None:
-    storage = Storage.for_url((tmp_path / "root").as_uri())
+def test_takeover_on_a_pruned_offset_is_fenced(every_root: str) -> None:
+    storage = Storage.for_url(every_root)
 
     async def scenario() -> None:
         fatal_a: list[BaseException] = []
@@ -72,8 +71,9 @@ def test_takeover_on_a_pruned_offset_is_fenced(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_takeover_at_the_end_of_the_log_serves_and_fences_the_old_one(tmp_path: Path) -> None:
-    storage = Storage.for_url((tmp_path / "root").as_uri())
+def test_takeover_at_the_end_of_the_log_serves_and_fences_the_old_one(every_root: str
+                                                                      ) -> None:
+    storage = Storage.for_url(every_root)
 
     async def scenario() -> None:
         fatal_a: list[BaseException] = []
