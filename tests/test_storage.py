@@ -316,6 +316,36 @@ def test_put_if_absent_race_exactly_one_winner(every_root: str, procs: int, keys
     assert len(st.list("race")) == keys
 
 
+def test_put_if_absent_of_a_large_body_never_overwrites(s3_impl_root: str) -> None:
+    """Above 2 x s3fs's 50 MiB chunk, s3fs would write as a multipart upload, and RGW 16
+    ignores If-None-Match on CompleteMultipartUpload: the second writer silently replaced
+    the object and was told it won. Merged segments reach segment.bytes (1 GiB by default),
+    so put-if-absent must send every body S3 allows in one PUT (up to 5 GiB) as one PUT."""
+    size = (100 << 20) + 1
+    first = bytes(range(256)) * (size // 256) + b"1"
+    second = first[:-1] + b"2"
+    st = Storage.for_url(s3_impl_root)
+    assert st.put_if_absent("big/00000000000000000000.log", first) is True
+    assert st.put_if_absent("big/00000000000000000000.log", second) is False
+    assert st.size("big/00000000000000000000.log") == size
+    assert st.get("big/00000000000000000000.log", size - 1) == b"1"
+    assert st.put_if_absent("big/00000000000000000000.log", first) is True  # our retry
+
+
+def test_put_if_absent_refuses_what_only_a_multipart_upload_could_write(
+        s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 5 GiB and more (S3's PUT limit, here made small) there is no conditional write
+    every S3 honours: a clear error, nothing written."""
+    from txnlog.log_format.storage import s3 as s3_mod
+
+    monkeypatch.setattr(s3_mod, "_SINGLE_PUT_MAX", 10)
+    st = Storage.for_url(s3_root)
+    with pytest.raises(StorageError, match="multipart"):
+        st.put_if_absent("huge/x", b"x" * 10)
+    assert not st.exists("huge/x")
+    assert st.put_if_absent("huge/y", b"x" * 9) is True
+
+
 # ------------------------------------------------------- conditional-write reality
 
 

@@ -33,6 +33,11 @@ _BOOL_OPTIONS = {"anon", "use_ssl", "requester_pays", "version_aware", "cache_re
 _INT_OPTIONS = {"default_block_size", "max_concurrency", "retries"}
 _FLOAT_OPTIONS = {"connect_timeout", "read_timeout"}
 _DICT_OPTIONS = {"client_kwargs", "config_kwargs", "s3_additional_kwargs"}
+# A PUT takes at most 5 GiB. s3fs writes a body of 2 x its chunksize (50 MiB by default) or
+# more as a multipart upload with If-None-Match on CompleteMultipartUpload, which Ceph RGW 16
+# ignores: the later writer silently replaced the object and was told it won. With this
+# chunksize, s3fs sends every body below 5 GiB as one conditional PUT, which every S3 honours.
+_SINGLE_PUT_MAX = 5 << 30
 _RETRY_CODES = {"SlowDown", "ServiceUnavailable", "Throttling", "ThrottlingException",
                 "RequestTimeout", "RequestTimeoutException", "InternalError",
                 "ConditionalRequestConflict", "OperationAborted", "RequestLimitExceeded",
@@ -204,10 +209,15 @@ class S3Storage(Storage):
             return True
         key = self._key(path)
         body = bytes(data)
+        if len(body) >= _SINGLE_PUT_MAX:  # only a multipart upload could write it
+            raise StorageError(
+                f"put-if-absent of {len(body)} bytes to {self.url}/{path}: one S3 PUT takes"
+                " less than 5 GiB, and the condition on a multipart upload is not honoured"
+                " by every S3 (Ceph RGW ignores it)")
 
         def attempt() -> bool:
             try:
-                self.fs.pipe_file(key, body, mode="create")
+                self.fs.pipe_file(key, body, mode="create", chunksize=_SINGLE_PUT_MAX)
                 return True
             except FileNotFoundError as exc:
                 raise self._no_bucket("put-if-absent", path, exc) from exc
