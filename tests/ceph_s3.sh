@@ -10,7 +10,9 @@
 # Env: CEPH_S3_DIR (default $TMPDIR/ceph-s3), S3_PORT (default: a free port),
 #      S3_ACCESS_KEY / S3_SECRET_KEY (default testkey/testsecret),
 #      CEPH_S3_STORE=memstore|bluestore (default memstore: data in RAM, lost on stop),
-#      CEPH_S3_STORE_BYTES (default 4 GiB; memstore capacity or sparse bluestore file size).
+#      CEPH_S3_STORE_BYTES (default 4 GiB; memstore capacity or sparse bluestore file size),
+#      CEPH_S3_STOP_WAIT (seconds from SIGTERM to SIGKILL per daemon, default 10; radosgw
+#      takes 4-5 s to exit on TERM, and a throw-away cluster does not need a clean stop).
 set -euo pipefail
 
 CMD=${1:-}
@@ -19,6 +21,7 @@ AK=${S3_ACCESS_KEY:-testkey}
 SK=${S3_SECRET_KEY:-testsecret}
 STORE=${CEPH_S3_STORE:-memstore}
 STORE_BYTES=${CEPH_S3_STORE_BYTES:-4294967296}
+STOP_WAIT=${CEPH_S3_STOP_WAIT:-10}
 CONF=$DIR/ceph.conf
 DAEMONS="client.rgw.a osd.0 mon.a"   # stop order
 
@@ -180,7 +183,9 @@ stop_daemons() {
     pid_alive "$n" || continue
     pid=$(cat "$DIR/run/$n.pid")
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq 1 200); do running "$pid" || break; sleep 0.05; done
+    for i in $(seq 1 "$(py -c "print(max(1, int(float('$STOP_WAIT') * 20)))")"); do
+      running "$pid" || break; sleep 0.05
+    done
     if running "$pid"; then log "$n ($pid) ignored SIGTERM, killing"; kill -KILL "$pid" 2>/dev/null || true; fi
     log "stopped $n (pid $pid)"
   done

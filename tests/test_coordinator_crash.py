@@ -153,8 +153,10 @@ def test_crash_before_prepare_then_timeout_aborts(tmp_path: Path) -> None:
             c2.end_txn("tx", pid, ep, True)
 
 
-def test_two_coordinators_one_is_fenced(tmp_path: Path) -> None:
-    root = (tmp_path / "root").as_uri()
+def test_two_coordinators_one_is_fenced(every_root: str, tmp_path: Path) -> None:
+    """B's takeover record wins the put-if-absent race at the log's end; A loses its next
+    one (on files and on both S3 servers)."""
+    root = every_root
     st = Storage.for_url(root)
     a = CoordinatorProc(root, log_path=tmp_path / "a.log")
     a.wait_healthy()
