@@ -203,6 +203,10 @@ class CoordinatorState:
     def _apply_offsets(self, d: dict[str, Any]) -> None:
         self.txns[d["tid"]].offsets.append({"group": d["group"], "offsets": d["offsets"]})
 
+    def _apply_group_delete(self, d: dict[str, Any]) -> None:
+        """DeleteGroups (admin_ops): the group's committed offsets are forgotten."""
+        self.group_offsets.pop(d["group"], None)
+
     def _apply_txn(self, d: dict[str, Any]) -> None:
         tid = d["tid"]
         if d.get("tombstone"):

@@ -41,6 +41,7 @@ OWN_KINDS: dict[str, int] = {
     "fence": 1007,        # reserved ranges closed by a 0-byte object (never written)
     "offsets": 1008,      # consumer-group offsets added to a transaction
     "batch": 1009,        # a streaming batch began under a transactional id
+    "group_delete": 1010,  # an operator deleted a consumer group's committed offsets
 }
 KIND_OF_TYPE = {v: k for k, v in OWN_KINDS.items()}
 
