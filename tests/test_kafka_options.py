@@ -112,7 +112,7 @@ def test_mapped_kafka_options_take_their_txnlog_meaning() -> None:
     # a read option on a write (and the reverse) names where it belongs
     with pytest.raises(InvalidOptionError, match="applies to reads only"):
         write(**{"kafka.isolation.level": "read_committed"})
-    with pytest.raises(InvalidOptionError, match="applies to writes only.*'compression'"):
+    with pytest.raises(InvalidOptionError, match=r"applies to writes only.*'compression'"):
         read(**{"kafka.compression.type": "gzip"})
     # the alias and the txnlog name disagreeing is an error, not a silent pick
     with pytest.raises(InvalidOptionError, match="alias"):
@@ -165,7 +165,7 @@ def test_min_offsets_per_trigger_and_max_trigger_delay() -> None:
     for text, ms in (("15m", 900_000), ("2h", 7_200_000), ("1d", 86_400_000),
                      ("500ms", 500), ("250", 250), ("3min", 180_000)):
         assert read(maxTriggerDelay=text).max_trigger_delay_ms == ms
-    with pytest.raises(InvalidOptionError, match="maxtriggerdelay.*'banana'"):
+    with pytest.raises(InvalidOptionError, match=r"maxtriggerdelay.*'banana'"):
         read(maxTriggerDelay="banana")
     with pytest.raises(InvalidOptionError, match="'maxtriggerdelay'"):
         read(maxTriggerDelay="-5s")
