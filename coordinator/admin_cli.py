@@ -354,10 +354,12 @@ def _groups(args: argparse.Namespace, admin: AdminClient) -> None:
     else:
         result = admin.delete_consumer_groups(args.group)
         _emit(args, result, lambda: "\n".join(
-            f"Deletion of requested consumer groups ('{g}') was successful." if ok else
-            f"Error: group '{g}' has no committed offsets (nothing to delete)."
-            for g, ok in result.items()))
-        if not all(result.values()):
+            f"Deletion of requested consumer groups ('{g}') was successful."
+            for g, ok in result.items() if ok))
+        missing = [g for g, ok in result.items() if not ok]
+        if missing:
+            print(f"Error: GroupIdNotFound: group(s) {', '.join(missing)} have no committed "
+                  "offsets (nothing to delete)", file=sys.stderr)
             raise _Failed()
 
 
