@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidRequestError, InvalidTxnStateError
+from .errors import InvalidRequestError, InvalidTxnStateError, validate_topic_name
 from .partition_state import partition_key
 from .states import TxnState
 from .txn_log_records import LogRecord
@@ -31,14 +31,22 @@ if TYPE_CHECKING:
 
 Reply = dict[str, Any]
 MAX_FILTER_ITEMS = 10_000
+MAX_NAME_BYTES = 32_767  # a Kafka STRING: what a group or transactional id can be in the log
+
+
+def _name(value: Any, what: str) -> str:
+    """A group or transactional id: a non-empty string a Kafka STRING can hold."""
+    if not isinstance(value, str) or not value or len(value.encode()) > MAX_NAME_BYTES:
+        raise InvalidRequestError(f"{what} must be a non-empty string of at most "
+                                  f"{MAX_NAME_BYTES} bytes")
+    return value
 
 
 def _str_list(body: dict[str, Any], key: str) -> list[str]:
     raw = body.get(key) or []
-    if not isinstance(raw, list) or len(raw) > MAX_FILTER_ITEMS \
-            or not all(isinstance(x, str) for x in raw):
+    if not isinstance(raw, list) or len(raw) > MAX_FILTER_ITEMS:
         raise InvalidRequestError(f"{key} must be a list of strings")
-    return raw
+    return [_name(x, f"each of {key}") for x in raw]
 
 
 def _int_list(body: dict[str, Any], key: str) -> list[int]:
@@ -84,9 +92,7 @@ async def list_groups(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
 async def delete_group(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
     """DeleteGroups: forget a group's committed offsets. Refused (Kafka's GroupNotEmpty,
     answered here as InvalidTxnState) while an open transaction carries offsets of it."""
-    group = b["group_id"]
-    if not isinstance(group, str) or not group:
-        raise InvalidRequestError("group_id must be a non-empty string")
+    group = _name(b["group_id"], "group_id")
     await e.commits.sync()
     busy = sorted(t.tid for t in e.state.txns.values()
                   if any(o["group"] == group for o in t.offsets))
@@ -138,7 +144,9 @@ async def describe_producers(e: TransactionCoordinator, b: dict[str, Any]) -> Re
     await e.commits.sync()
     out = []
     for item in parts:
-        topic, p = str(item["topic"]), int(item["partition"])
+        topic, p = validate_topic_name(item["topic"]), int(item["partition"])
+        if p < 0:
+            raise InvalidRequestError(f"partition {p} of {topic!r} is negative")
         key = partition_key(topic, p)
         st = e.state.partition(key)
         producers = []
@@ -167,7 +175,8 @@ async def abort_transaction(e: TransactionCoordinator, b: dict[str, Any]) -> Rep
     aborted (InvalidTxnState); its completion is already under way."""
     tid = b.get("transactional_id")
     if tid is None:
-        topic, p, start = str(b["topic"]), int(b["partition"]), int(b["start_offset"])
+        topic = validate_topic_name(b["topic"])
+        p, start = int(b["partition"]), int(b["start_offset"])
         st = e.state.partition(partition_key(topic, p))
         owners = {pid for pid, off in st.open_first.items() if off == start}
         found = [t for t in e.state.txns.values() if owners & t.producer_pids()]
@@ -175,9 +184,7 @@ async def abort_transaction(e: TransactionCoordinator, b: dict[str, Any]) -> Rep
             raise InvalidRequestError(
                 f"no open transaction starts at offset {start} of {topic}-{p}")
         tid = found[0].tid
-    if not isinstance(tid, str):
-        raise InvalidRequestError("transactional_id must be a string")
-    txn = e.state.txn(tid)
+    txn = e.state.txn(_name(tid, "transactional_id"))
     if txn.state is not TxnState.ONGOING or e.completer.busy(tid):
         raise InvalidTxnStateError(
             f"the transaction of {tid!r} is {txn.state.kafka_name}: only an Ongoing "
