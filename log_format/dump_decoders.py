@@ -34,16 +34,18 @@ TXN_STATUS = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort",
 Decoded = tuple[str | None, str | None]
 
 
-class _Bytes:
-    """A cursor over a record's key or value, in Kafka's big-endian encodings."""
+class KafkaBytes:
+    """A cursor over a record's key or value in Kafka's big-endian encodings (fixed-size
+    fields and int16-length STRINGs); ``what`` names the bytes in errors, ``errors`` is how
+    bad UTF-8 decodes (the coordinator's own log is strict, the dump tool lenient)."""
 
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
+    def __init__(self, buf: bytes, what: str = "record", errors: str = "strict") -> None:
+        self.buf, self.pos, self.what, self.errors = buf, 0, what, errors
 
     def take(self, fmt: str) -> Any:
         s = struct.Struct(fmt)
         if self.pos + s.size > len(self.buf):
-            raise LogFormatError("truncated")
+            raise LogFormatError(f"truncated {self.what}")
         (v,) = s.unpack_from(self.buf, self.pos)
         self.pos += s.size
         return v
@@ -51,13 +53,14 @@ class _Bytes:
     def string(self) -> str:
         n = self.take(">h")
         if n < 0 or self.pos + n > len(self.buf):
-            raise LogFormatError("bad STRING")
-        out = self.buf[self.pos:self.pos + n].decode("utf-8", errors="replace")
+            raise LogFormatError(f"bad STRING in {self.what}")
+        out = self.buf[self.pos:self.pos + n].decode("utf-8", errors=self.errors)
         self.pos += n
         return out
 
-    def done(self) -> bool:
-        return self.pos == len(self.buf)
+
+def _bytes(buf: bytes) -> KafkaBytes:
+    return KafkaBytes(buf, errors="replace")
 
 
 def _dumps(obj: Any) -> str:
@@ -74,7 +77,7 @@ def decode_offsets_record(key: bytes | None, value: bytes | None) -> Decoded:
     if key is None:
         return None, None if value is None else _unknown("value", value)
     try:
-        k = _Bytes(key)
+        k = _bytes(key)
         version = k.take(">h")
         if version not in (0, 1):
             return _unknown(f"version={version}", key), \
@@ -86,7 +89,7 @@ def decode_offsets_record(key: bytes | None, value: bytes | None) -> Decoded:
     if value is None:
         return key_text, "<DELETE>"
     try:
-        v = _Bytes(value)
+        v = _bytes(value)
         vv = v.take(">h")
         out: dict[str, Any] = {"offset": v.take(">q")}
         if vv >= 3:
@@ -106,7 +109,7 @@ def decode_transaction_log_record(key: bytes | None, value: bytes | None) -> Dec
     if key is None:
         return None, None if value is None else _unknown("value", value)
     try:
-        k = _Bytes(key)
+        k = _bytes(key)
         type_id = k.take(">h")
         ident = k.string()
     except LogFormatError:
@@ -128,7 +131,7 @@ def decode_transaction_log_record(key: bytes | None, value: bytes | None) -> Dec
     if value is None:
         return key_text, "<DELETE>"
     try:
-        v = _Bytes(value)
+        v = _bytes(value)
         vv = v.take(">h")
         data: dict[str, Any] = {"producerId": v.take(">q"), "producerEpoch": v.take(">h"),
                                 "transactionTimeoutMs": v.take(">i")}
