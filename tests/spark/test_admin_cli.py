@@ -11,37 +11,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-
-import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from coordinator_proc import CoordinatorProc
-from stream_helpers import end_offsets, produce_keyed
+from stream_helpers import end_offsets, produce_keyed, wait_for
 from txnlog import TopicPartition, TransactionalProducer
 
 TXNLOG = shutil.which("txnlog", path=os.path.dirname(sys.executable))
-
-
-@pytest.fixture
-def coord(file_root: str) -> Iterator[CoordinatorProc]:
-    proc = CoordinatorProc(file_root)
-    try:
-        proc.wait_healthy()
-        yield proc
-    finally:
-        proc.stop()
-
-
-def _wait(cond, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Cli:
@@ -78,7 +55,7 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
          .trigger(processingTime="300 milliseconds").start(file_root))
     cli = Cli(file_root)
     try:
-        _wait(lambda: client.committed_offsets("g-live") == end_offsets(file_root, "in"),
+        wait_for(lambda: client.committed_offsets("g-live") == end_offsets(file_root, "in"),
               "the query to commit its group's offsets")
         ends = end_offsets(file_root, "in")
 
@@ -167,7 +144,7 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
                   str(h["partition"]), "--start-offset", str(h["start_offset"])).stdout
         assert "Aborted" in out and "'stuck'" in out
         cli("transactions", "abort", "--transactional-id", "stuck", code=1)  # not Ongoing
-        _wait(lambda: client.committed_offsets("g-live") == end_offsets(file_root, "in")
+        wait_for(lambda: client.committed_offsets("g-live") == end_offsets(file_root, "in")
               and end_offsets(file_root, "in")[("in", h["partition"])] > lso_held,
               "the query to move past the aborted transaction")
 

@@ -4,50 +4,20 @@ metrics (min/max/avgOffsetsBehindLatest) of a running query's progress."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from coordinator_proc import CoordinatorProc
-from stream_helpers import end_offsets, produce_keyed, read_values
+from stream_helpers import end_offsets, offsets_log, produce_keyed, read_values, wait_for
 from txnlog import TxnlogLagListener, source_lag
 from txnlog.datasource.stream_offsets import decode
 
 SERVERS = ("kafka.bootstrap.servers", "host1:port1,host2:port2")
-
-
-@pytest.fixture
-def coord(file_root: str) -> Iterator[CoordinatorProc]:
-    proc = CoordinatorProc(file_root)
-    try:
-        proc.wait_healthy()
-        yield proc
-    finally:
-        proc.stop()
-
-
-def _wait(cond, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _offsets_log(ckpt: Path) -> list[dict]:
-    out = []
-    for name in sorted((n for n in os.listdir(ckpt / "offsets") if n.isdigit()), key=int):
-        out.append(json.loads((ckpt / "offsets" / name).read_text().splitlines()[2]))
-    return out
 
 
 def test_guide_examples_with_the_format_swapped(spark, file_root: str, coord, tmp_path
@@ -124,7 +94,7 @@ def test_min_offsets_per_trigger_waits_for_enough_offsets(spark, file_root: str,
          .option("checkpointLocation", str(ckpt))
          .trigger(processingTime="200 milliseconds").start())
     try:
-        _wait(lambda: q.lastProgress is not None, "the first trigger")
+        wait_for(lambda: q.lastProgress is not None, "the first trigger")
         # 5 records + a marker = 6 offsets: fewer than 10, so no batch (a wrong source would
         # run one within a trigger or two; give it several).
         produce_keyed(file_root, coord.endpoint, "mins", keys=5, per_key=1, txns=1, tid="a")
@@ -132,12 +102,12 @@ def test_min_offsets_per_trigger_waits_for_enough_offsets(spark, file_root: str,
         assert spark.sql("select * from mins").count() == 0
         # 6 more offsets: 12 >= 10, one batch with everything.
         produce_keyed(file_root, coord.endpoint, "mins", keys=5, per_key=1, txns=1, tid="b")
-        _wait(lambda: spark.sql("select * from mins").count() == 10, "the batch")
+        wait_for(lambda: spark.sql("select * from mins").count() == 10, "the batch")
     finally:
         q.stop()
     # Batch 0 is Spark's first batch of a new query (empty: the topic was), then one batch
     # at 12 offsets, none at 6.
-    ends = [decode(o) for o in _offsets_log(ckpt)]
+    ends = [decode(o) for o in offsets_log(ckpt)]
     assert ends == [{("mins", 0): 0}, {("mins", 0): 12}]
 
 
@@ -166,7 +136,7 @@ def test_lag_metrics_in_the_progress_of_a_running_query(spark, file_root: str, c
             {"minOffsetsBehindLatest": str(n), "maxOffsetsBehindLatest": str(n),
              "avgOffsetsBehindLatest": f"{n}.0"} for n in (10, 5, 0)]
         assert {row[0]["description"] for row in lags} == {"txnlog[lag]"}
-        _wait(lambda: len([s for s in seen if s[0] == "lagq"]) >= 3, "the listener's events",
+        wait_for(lambda: len([s for s in seen if s[0] == "lagq"]) >= 3, "the listener's events",
               timeout=60)
         assert listener.lag[str(q.id)][0]["metrics"]["maxOffsetsBehindLatest"] == "0"
     finally:
