@@ -205,6 +205,40 @@ def _time_ms(options: Mapping[str, str], key: str, default: int) -> int:
     return int(int(m.group(1)) * _TIME_UNITS_MS[m.group(2) or "ms"])
 
 
+MAX_ID_BYTES = 32_767  # a Kafka STRING: the longest group or transactional id
+
+
+def _coordinator(options: Mapping[str, str]) -> str | None:
+    """The ``coordinator`` option: an http(s)://host[:port] URL, or absent."""
+    from urllib.parse import urlparse
+
+    raw = options.get("coordinator")
+    if raw is None:
+        return None
+    try:
+        url = urlparse(raw.strip())
+        url.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        url = None  # type: ignore[assignment]
+    if url is None or url.scheme not in ("http", "https") or not url.hostname:
+        raise InvalidOptionError(
+            f"option 'coordinator' must be the coordinator's URL, e.g. http://10.0.0.5:9092, "
+            f"not {raw!r} (leave it out to use the one registered for the root)")
+    return raw.strip()
+
+
+def _id(options: Mapping[str, str], key: str, name: str) -> str | None:
+    """A group or transactional id option: absent, or a non-empty string a Kafka STRING
+    can hold."""
+    raw = options.get(key)
+    if raw is None:
+        return None
+    if not raw.strip() or len(raw.encode()) > MAX_ID_BYTES:
+        raise InvalidOptionError(
+            f"option {name!r} must be a non-empty string of at most {MAX_ID_BYTES} bytes")
+    return raw
+
+
 def _json_obj(key: str, raw: str) -> dict:
     try:
         value = json.loads(raw)
@@ -352,10 +386,14 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         raise InvalidOptionError(
             "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
     max_offsets, min_offsets, max_delay = _trigger_limits(options)
+    if max_offsets is not None and options.get("maxbytespertrigger") is not None:
+        raise InvalidOptionError(
+            "give one of 'maxOffsetsPerTrigger' and 'maxBytesPerTrigger': a trigger has one "
+            "upper limit")
     return ReadOptions(
         root=_root(options),
         storage_options=storage_options(options),
-        coordinator=options.get("coordinator"),
+        coordinator=_coordinator(options),
         subscription=_subscription(options),
         starting=_offset_spec(options, starting=True, streaming=streaming),
         ending=_offset_spec(options, starting=False, streaming=streaming),
@@ -368,7 +406,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         push_filters=_bool(options, "pushfilters", False),
         max_offsets_per_trigger=max_offsets,
         max_bytes_per_trigger=_int(options, "maxbytespertrigger", None, minimum=1),
-        group_id=options.get("groupid") or None,
+        group_id=_id(options, "groupid", "groupId"),
         min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=max_delay,
     )
@@ -395,12 +433,12 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
     return WriteOptions(
         root=_root(options),
         storage_options=storage_options(options),
-        coordinator=options.get("coordinator"),
+        coordinator=_coordinator(options),
         topic=topic,
         partitions=_int(options, "partitions", None, minimum=1),
         compression=codec,
         compression_level=_int(options, "compression.level", None),
-        transactional_id=options.get("transactional.id") or None,
+        transactional_id=_id(options, "transactional.id", "transactional.id"),
         transaction_timeout_ms=timeout,
         batch_size=_int(options, "batch.size", 1 << 20, minimum=1024) or (1 << 20),
         checkpoint_location=options.get("checkpointlocation"),

@@ -181,3 +181,18 @@ def test_sink_include_headers_is_accepted_and_checked() -> None:
     write(includeHeaders="true")
     with pytest.raises(InvalidOptionError, match="true or false"):
         write(includeHeaders="maybe")
+
+
+def test_every_value_is_checked() -> None:
+    assert read(coordinator="http://127.0.0.1:9092").coordinator == "http://127.0.0.1:9092"
+    assert write(coordinator="https://coord.example:8443").coordinator == \
+        "https://coord.example:8443"
+    for bad in ("127.0.0.1:9092", "ftp://x", "http://", "http://h:99999"):
+        with pytest.raises(InvalidOptionError, match="coordinator's URL"):
+            read(coordinator=bad)
+    with pytest.raises(InvalidOptionError, match="'groupId' must be a non-empty"):
+        read(groupId=" ")
+    with pytest.raises(InvalidOptionError, match=r"'transactional\.id' must be"):
+        write(**{"transactional.id": "x" * 40_000})
+    with pytest.raises(InvalidOptionError, match="one upper limit"):
+        read(maxOffsetsPerTrigger="10", maxBytesPerTrigger="1000")
