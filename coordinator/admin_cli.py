@@ -51,7 +51,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="the txnlog root (fsspec URL: file:///..., s3://bucket/prefix)")
     p.add_argument("--coordinator", default=None,
                    help="coordinator endpoint (default: the one registered for the root)")
-    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--storage-option", action="append", default=[], type=_kv,
+                   metavar="KEY=VALUE",
                    help="an fsspec storage option (repeatable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -238,7 +239,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------ commands
 def _admin(args: argparse.Namespace) -> AdminClient:
     return AdminClient(args.root, coordinator=args.coordinator,
-                       storage_options=dict(_kv(x) for x in args.storage_option))
+                       storage_options=dict(args.storage_option))
 
 
 def _topics(args: argparse.Namespace, admin: AdminClient) -> None:
@@ -478,6 +479,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNSUPPORTED
     except _Failed:
         return EXIT_ERROR
+    except argparse.ArgumentTypeError as exc:
+        print(f"txnlog {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except (TxnlogError, ValueError, LookupError, OSError) as exc:
         name = getattr(exc, "name", None) or type(exc).__name__
         print(f"Error: {name}: {exc}", file=sys.stderr)
