@@ -15,7 +15,6 @@ other), aborting a transaction is the Completer's abort with an epoch bump, as a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -185,11 +184,10 @@ async def abort_transaction(e: TransactionCoordinator, b: dict[str, Any]) -> Rep
                 f"no open transaction starts at offset {start} of {topic}-{p}")
         tid = found[0].tid
     txn = e.state.txn(_name(tid, "transactional_id"))
-    if txn.state is not TxnState.ONGOING or e.completer.busy(tid):
+    if txn.state is not TxnState.ONGOING or txn.completing or e.completer.busy(tid):
         raise InvalidTxnStateError(
             f"the transaction of {tid!r} is {txn.state.kafka_name}: only an Ongoing "
             "transaction can be aborted (a prepared one completes by itself)")
-    txn.last_heartbeat = time.monotonic()
     await e.completer.end(txn, commit=False, committed=set(), reason="fenced")
     return {"transactional_id": tid, "outcome": "abort", "producer_id": txn.pid,
             "epoch": txn.epoch}
