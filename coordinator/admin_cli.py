@@ -117,7 +117,8 @@ def _add_topics(p: argparse.ArgumentParser) -> None:
     ls.add_argument("--exclude-internal", action="store_true",
                     help="leave out __consumer_offsets and other internal topics")
     d = sub.add_parser("describe", help="partitions and offsets (kafka-topics --describe)")
-    d.add_argument("--topic", action="append", help="topic (repeatable; default: all)")
+    d.add_argument("--topic", action="append",
+                   help="topic name or regex (repeatable; default: all)")
     d.add_argument("--exclude-internal", action="store_true")
     c = sub.add_parser("create", help="create a topic (kafka-topics --create)")
     c.add_argument("--topic", required=True)
@@ -247,7 +248,9 @@ def _topics(args: argparse.Namespace, admin: AdminClient) -> None:
         names = admin.list_topics(include_internal=not args.exclude_internal)
         _emit(args, names, lambda: "\n".join(names))
     elif args.verb == "describe":
-        names = args.topic or admin.list_topics(include_internal=not args.exclude_internal)
+        names = admin.list_topics(include_internal=not args.exclude_internal)
+        if args.topic:
+            names = _matching(args.topic, admin.list_topics(include_internal=True), args.root)
         desc = admin.describe_topics(names)
 
         def human() -> str:
@@ -274,6 +277,24 @@ def _topics(args: argparse.Namespace, admin: AdminClient) -> None:
         admin.delete_topics([args.topic])
     else:
         admin.create_partitions(args.topic, args.partitions)
+
+
+def _matching(patterns: list[str], names: list[str], root: str) -> list[str]:
+    """Topics named, or matched by a regex (Kafka's --topic accepts both); a pattern that
+    matches nothing is an error, as in kafka-topics."""
+    from txnlog.log_format.topics import UnknownTopicError
+
+    out: list[str] = []
+    for pattern in patterns:
+        try:
+            rx = re.compile(pattern)
+        except re.error:
+            rx = None
+        hits = [n for n in names if n == pattern or (rx is not None and rx.fullmatch(n))]
+        if not hits:
+            raise UnknownTopicError(f"topic {pattern!r} does not exist under {root}")
+        out += [n for n in hits if n not in out]
+    return out
 
 
 def _group_rows(desc: list[dict[str, Any]]) -> str:
