@@ -106,7 +106,7 @@ class AdminClient:
     def list_topics(self, include_internal: bool = False) -> list[str]:
         """Topic names under the root, sorted (``__consumer_offsets`` only with
         ``include_internal``, as ``kafka-topics --list --exclude-internal`` reverses)."""
-        names = sorted(topics.list_topics(self.storage))  # listed by object name: re-sort
+        names = topics.list_topics(self.storage)
         return [n for n in names if include_internal or not n.startswith("__")]
 
     def describe_topics(self, names: Iterable[str]) -> list[dict[str, Any]]:
