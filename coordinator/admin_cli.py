@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from txnlog.log_format.layout import TopicPartition
+
 from .admin import OFFSET_SPECS, AdminClient, UnsupportedOperationError
 
 EXIT_ERROR, EXIT_UNSUPPORTED = 1, 3
@@ -145,7 +147,7 @@ def _add_groups(p: argparse.ArgumentParser) -> None:
     who.add_argument("--all-groups", action="store_true")
     r = sub.add_parser("reset-offsets", help="move a group's offsets (dry run by default)")
     r.add_argument("--group", required=True)
-    scope = r.add_mutually_exclusive_group(required=True)
+    scope = r.add_mutually_exclusive_group()  # required unless --from-file (checked later)
     scope.add_argument("--topic", action="append",
                        help="TOPIC or TOPIC:0,1 (repeatable), as Kafka's --topic")
     scope.add_argument("--all-topics", action="store_true",
@@ -158,6 +160,11 @@ def _add_groups(p: argparse.ArgumentParser) -> None:
     to.add_argument("--to-datetime", type=_datetime_ms)
     to.add_argument("--by-duration", type=_duration_ms)
     to.add_argument("--shift-by", type=int)
+    to.add_argument("--from-file", metavar="CSV",
+                    help="topic,partition,offset lines (or group,topic,partition,offset), as "
+                    "--export writes them")
+    r.add_argument("--export", action="store_true",
+                   help="print the new offsets as CSV (for --from-file) instead of a table")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only show (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
@@ -314,7 +321,13 @@ def _reset_targets(args: argparse.Namespace, admin: AdminClient) -> dict[Any, in
     """The new offset of every partition in scope, clamped to [earliest, latest] as
     Kafka's reset does."""
     current = admin.list_consumer_group_offsets(args.group)
-    if args.all_topics:
+    from_file = _offsets_file(args.from_file, args.group) if args.from_file else None
+    if from_file is not None and not args.topic and not args.all_topics:
+        scope = sorted(from_file)
+    elif not args.topic and not args.all_topics:
+        raise argparse.ArgumentTypeError("one of the arguments --topic --all-topics is "
+                                         "required")
+    elif args.all_topics:
         scope = sorted(current)
         if not scope:
             raise ValueError(f"group {args.group!r} has no committed offsets; name --topic")
@@ -346,10 +359,36 @@ def _reset_targets(args: argparse.Namespace, admin: AdminClient) -> dict[Any, in
             want = args.to_offset
         elif args.shift_by is not None:
             want = cur + args.shift_by
+        elif from_file is not None:
+            if tp not in from_file:
+                continue
+            want = from_file[tp]
         else:
             found = by_time[tp]["offset"]
             want = latest[tp] if found < 0 else found
         out[tp] = min(max(want, earliest[tp]), latest[tp])
+    return out
+
+
+def _offsets_file(path: str, group: str) -> dict[TopicPartition, int]:
+    """Kafka's reset CSV: ``topic,partition,offset`` or ``group,topic,partition,offset``
+    (lines of other groups are skipped)."""
+    out: dict[TopicPartition, int] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                cells = [c.strip() for c in line.strip().split(",")]
+                if cells == [""]:
+                    continue
+                if len(cells) == 4:
+                    if cells[0] != group:
+                        continue
+                    cells = cells[1:]
+                if len(cells) != 3:
+                    raise ValueError(f"line {n}: expected topic,partition,offset")
+                out[TopicPartition(cells[0], int(cells[1]))] = int(cells[2])
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--from-file {path}: {exc}") from None
     return out
 
 
@@ -369,6 +408,11 @@ def _groups(args: argparse.Namespace, admin: AdminClient) -> None:
                 for (t, p), o in sorted(targets.items())]
         note = "" if args.execute else \
             "\n(dry run: nothing changed; add --execute to commit these offsets)"
+        if args.export and not args.json:
+            print("\n".join(f"{r['topic']},{r['partition']},{r['new_offset']}" for r in rows))
+            if not args.execute:
+                print(note.strip(), file=sys.stderr)
+            return
         _emit(args, {"executed": bool(args.execute), "offsets": rows}, lambda: table(
             ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
             [(r["group_id"], r["topic"], r["partition"], r["new_offset"]) for r in rows])

@@ -48,6 +48,23 @@ def test_admin_cli_paths(file_root: str) -> None:
                  "--to-latest")
         assert r.returncode == 1 and "no committed offsets" in r.stderr
 
+        # --export writes Kafka's CSV, --from-file reads it back
+        r = _run(file_root, "groups", "reset-offsets", "--group", "g", "--topic", "orders",
+                 "--to-latest", "--export")
+        assert r.returncode == 0 and "dry run" in r.stderr
+        lines = r.stdout.split()
+        assert [x.split(",")[:2] for x in lines] == [["orders", "0"], ["orders", "1"]]
+        csv = os.path.join(os.path.dirname(file_root[len("file://"):]), "offsets.csv")
+        with open(csv, "w", encoding="utf-8") as f:
+            f.write("orders,1,2\nother-group,orders,0,5\n")
+        r = _run(file_root, "groups", "reset-offsets", "--group", "g", "--from-file", csv,
+                 "--execute")
+        assert r.returncode == 0, r.stderr
+        assert admin.list_consumer_group_offsets("g") == {TopicPartition("orders", 0): 1,
+                                                          TopicPartition("orders", 1): 2}
+        r = _run(file_root, "groups", "reset-offsets", "--group", "g", "--to-latest")
+        assert r.returncode == 2 and "--all-topics" in r.stderr
+
         r = _run(file_root, "transactions", "describe", "--transactional-id", "no-such")
         assert r.returncode == 1 and "InvalidProducerIdMapping" in r.stderr
         assert "Traceback" not in r.stderr
