@@ -277,6 +277,13 @@ class AdminClient:
         return {g: bool(self.client.call("delete_group", {"group_id": g})["deleted"])
                 for g in group_ids}
 
+    def delete_consumer_group_offsets(self, group_id: str,
+                                      partitions: Iterable[TopicPartition]) -> bool:
+        """Forget the group's committed offsets of these partitions (Kafka's OffsetDelete);
+        False when it had none of them."""
+        return bool(self.client.call("delete_group", {"group_id": group_id, "partitions": [
+            {"topic": t, "partition": p} for t, p in partitions]})["deleted"])
+
     # -------------------------------------------------------------- transactions
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
                           duration_ms: int | None = None) -> list[dict[str, Any]]:

@@ -170,7 +170,12 @@ def _add_groups(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     rm = sub.add_parser("delete", help="delete groups' committed offsets")
     rm.add_argument("--group", action="append", required=True)
-    for s in (ls, d, r, rm):
+    do = sub.add_parser("delete-offsets", help="delete a group's offsets of some partitions "
+                        "(kafka-consumer-groups --delete-offsets)")
+    do.add_argument("--group", required=True)
+    do.add_argument("--topic", action="append", required=True,
+                    help="TOPIC or TOPIC:0,1 (repeatable)")
+    for s in (ls, d, r, rm, do):
         _common(s)
 
 
@@ -417,6 +422,19 @@ def _groups(args: argparse.Namespace, admin: AdminClient) -> None:
             ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
             [(r["group_id"], r["topic"], r["partition"], r["new_offset"]) for r in rows])
             + note)
+    elif args.verb == "delete-offsets":
+        parts = []
+        for spec in args.topic:
+            topic, _, nums = spec.partition(":")
+            parts += admin.partitions_of(topic, _int_list(nums) if nums else None)
+        deleted = admin.delete_consumer_group_offsets(args.group, parts)
+        if not deleted:
+            print(f"Error: GroupIdNotFound: group {args.group!r} has no committed offsets in "
+                  f"{', '.join(args.topic)}", file=sys.stderr)
+            raise _Failed()
+        _emit(args, {"group_id": args.group, "deleted": [list(tp) for tp in parts]},
+              lambda: table(["TOPIC", "PARTITION", "STATUS"],
+                            [(t, p, "Successful") for t, p in parts]))
     else:
         result = admin.delete_consumer_groups(args.group)
         _emit(args, result, lambda: "\n".join(

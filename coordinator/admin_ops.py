@@ -89,9 +89,16 @@ async def list_groups(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
 
 
 async def delete_group(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
-    """DeleteGroups: forget a group's committed offsets. Refused (Kafka's GroupNotEmpty,
-    answered here as InvalidTxnState) while an open transaction carries offsets of it."""
+    """DeleteGroups, or with ``partitions`` OffsetDelete: forget a group's committed offsets
+    (all, or those partitions'). Refused (Kafka's GroupNotEmpty, answered here as
+    InvalidTxnState) while an open transaction carries offsets of it."""
     group = _name(b["group_id"], "group_id")
+    raw = b.get("partitions")
+    parts = None
+    if raw is not None:
+        if not isinstance(raw, list) or len(raw) > MAX_FILTER_ITEMS:
+            raise InvalidRequestError("partitions must be a list of {topic, partition}")
+        parts = [[validate_topic_name(x["topic"]), int(x["partition"])] for x in raw]
     await e.commits.sync()
     busy = sorted(t.tid for t in e.state.txns.values()
                   if any(o["group"] == group for o in t.offsets))
@@ -99,9 +106,14 @@ async def delete_group(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
         raise InvalidTxnStateError(
             f"group {group!r} has offsets in the open transaction(s) {busy}; try again when "
             "they end (Kafka: GROUP_NOT_EMPTY)")
-    if group not in e.state.group_offsets:
+    held = e.state.group_offsets.get(group, {})
+    if not held or (parts is not None
+                    and not any(partition_key(t, p) in held for t, p in parts)):
         return {"group_id": group, "deleted": False}
-    await e.commits.commit([LogRecord("group_delete", {"id": group, "group": group})])
+    record: dict[str, Any] = {"id": group, "group": group}
+    if parts is not None:
+        record["partitions"] = parts
+    await e.commits.commit([LogRecord("group_delete", record)])
     return {"group_id": group, "deleted": True}
 
 

@@ -122,12 +122,17 @@ def test_admin_client_operations(file_root: str) -> None:
                 call()
         assert admin.list_offsets({T0: "earliest"})[T0]["offset"] == 0
 
-        # delete a group; it stays deleted after the coordinator restarts (replayed record)
+        # delete some of a group's offsets, then a group; both replay after a restart
+        admin.alter_consumer_group_offsets("g3", {T0: 1, T1: 1})
+        assert admin.delete_consumer_group_offsets("g3", [T1]) is True
+        assert admin.delete_consumer_group_offsets("g3", [T1]) is False  # already gone
+        assert admin.list_consumer_group_offsets("g3") == {T0: 1}
         assert admin.delete_consumer_groups(["g", "nope"]) == {"g": True, "nope": False}
     with CoordinatorProc(file_root) as coord:
         admin = AdminClient(file_root, coordinator=coord.endpoint)
-        assert [g["group_id"] for g in admin.list_consumer_groups()] == ["g2"]
+        assert [g["group_id"] for g in admin.list_consumer_groups()] == ["g2", "g3"]
         assert admin.list_consumer_group_offsets("g") == {}
+        assert admin.list_consumer_group_offsets("g3") == {T0: 1}
         assert admin.list_consumer_group_offsets("g2") == {T0: 2}
 
 

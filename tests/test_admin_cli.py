@@ -64,6 +64,11 @@ def test_admin_cli_paths(file_root: str) -> None:
                                                           TopicPartition("orders", 1): 2}
         r = _run(file_root, "groups", "reset-offsets", "--group", "g", "--to-latest")
         assert r.returncode == 2 and "--all-topics" in r.stderr
+        r = _run(file_root, "groups", "delete-offsets", "--group", "g", "--topic", "orders:1")
+        assert r.returncode == 0 and "Successful" in r.stdout, r.stderr
+        assert admin.list_consumer_group_offsets("g") == {TopicPartition("orders", 0): 1}
+        r = _run(file_root, "groups", "delete-offsets", "--group", "g", "--topic", "orders:1")
+        assert r.returncode == 1 and r.stderr.startswith("Error: ")
 
         r = _run(file_root, "transactions", "describe", "--transactional-id", "no-such")
         assert r.returncode == 1 and "InvalidProducerIdMapping" in r.stderr
