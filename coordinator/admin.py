@@ -185,6 +185,9 @@ class AdminClient:
         (-2), ``latest`` (-1: the LSO, or the HW with read_uncommitted), ``max-timestamp``
         (-3: the record with the largest timestamp) or a timestamp in ms (the first offset
         with a timestamp at or after it; -1 when there is none, as Kafka answers)."""
+        from txnlog.log_format.stable import read_latest_stable
+
+        snap = read_latest_stable(self.storage) if specs else None  # one for all partitions
         out = {}
         for tp, spec in specs.items():
             tp = TopicPartition(*tp)
@@ -193,6 +196,7 @@ class AdminClient:
                 raise ValueError(f"offset spec {spec!r}: use earliest, latest, max-timestamp "
                                  "or a timestamp in ms")
             reader = self._reader(tp, isolation_level)
+            reader.advance_snapshot(snap)
             if code == EARLIEST:
                 out[tp] = {"offset": reader.earliest_offset(), "timestamp": -1}
             elif code == LATEST:
