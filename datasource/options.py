@@ -239,6 +239,26 @@ def _id(options: Mapping[str, str], key: str, name: str) -> str | None:
     return raw
 
 
+# Kafka's compression.<codec>.level ranges (KIP-390).
+LEVEL_RANGES = {Codec.GZIP: (1, 9), Codec.LZ4: (1, 17), Codec.ZSTD: (-131072, 22)}
+
+
+def _compression_level(options: Mapping[str, str], codec: Codec) -> int | None:
+    """``compression.level``, checked against the codec's range as Kafka checks it."""
+    level = _int(options, "compression.level", None)
+    if level is None:
+        return None
+    if codec not in LEVEL_RANGES:
+        raise InvalidOptionError(
+            f"option 'compression.level' applies to gzip, lz4 and zstd, not "
+            f"{codec.kafka_name}")
+    low, high = LEVEL_RANGES[codec]
+    if not low <= level <= high:
+        raise InvalidOptionError(f"option 'compression.level' for {codec.kafka_name} must be "
+                                 f"in [{low}, {high}], not {level}")
+    return level
+
+
 def _json_obj(key: str, raw: str) -> dict:
     try:
         value = json.loads(raw)
@@ -437,7 +457,7 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
         topic=topic,
         partitions=_int(options, "partitions", None, minimum=1),
         compression=codec,
-        compression_level=_int(options, "compression.level", None),
+        compression_level=_compression_level(options, codec),
         transactional_id=_id(options, "transactional.id", "transactional.id"),
         transaction_timeout_ms=timeout,
         batch_size=_int(options, "batch.size", 1 << 20, minimum=1024) or (1 << 20),

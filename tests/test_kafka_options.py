@@ -194,5 +194,10 @@ def test_every_value_is_checked() -> None:
         read(groupId=" ")
     with pytest.raises(InvalidOptionError, match=r"'transactional\.id' must be"):
         write(**{"transactional.id": "x" * 40_000})
+    assert write(compression="lz4", **{"compression.level": "17"}).compression_level == 17
+    with pytest.raises(InvalidOptionError, match=r"gzip must be in \[1, 9\], not 10"):
+        write(compression="gzip", **{"compression.level": "10"})
+    with pytest.raises(InvalidOptionError, match="not snappy"):
+        write(compression="snappy", **{"compression.level": "1"})
     with pytest.raises(InvalidOptionError, match="one upper limit"):
         read(maxOffsetsPerTrigger="10", maxBytesPerTrigger="1000")
