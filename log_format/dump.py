@@ -233,7 +233,12 @@ def dump_log(path: str, data: bytes, opts: DumpOptions, out: TextIO, err: TextIO
                               file=err)
                         return 1
             if opts.print_data_log and not h.is_control and opts.decoder:
-                key_text, payload = DECODERS[opts.decoder](rec.key, rec.value)
+                try:
+                    key_text, payload = DECODERS[opts.decoder](rec.key, rec.value, rec.offset)
+                except LogFormatError as exc:
+                    print("".join(parts), file=out)
+                    print(f"Error: {exc}", file=err)
+                    return 1
                 if key_text is not None:
                     parts.append(f"{prefix}key: {key_text}")
                 if payload is not None:

@@ -7,7 +7,9 @@ schemas (OffsetCommitKey/Value, TransactionLogKey/Value), and ``<DELETE>`` for a
 Both parsers are here, plus txnlog's own records in ``__transaction_state`` (key types
 1000+, value ``int16 0`` + JSON: docs/coordinator.md), which Kafka's parser cannot read:
 they print as ``{"type":"1003","data":{"kind":"topic","id":"orders"}}`` and their JSON.
-A record a decoder cannot parse prints Kafka's ``unknown::...`` form instead of failing.
+A record of a type the decoder does not know prints Kafka's ``Unknown record type N at
+offset O, skipping.``, one that does not parse ``Error at offset O, skipping. <why>``, and a
+record without a key stops the file with Kafka's "message had a missing key" error.
 
 Pure functions of bytes, no dependency on the coordinator (which writes these records):
 the layouts are Kafka's, fixed.
@@ -27,9 +29,6 @@ from .errors import LogFormatError
 OWN_KIND_NAMES = {1000: "takeover", 1001: "pid_block", 1002: "producer", 1003: "topic",
                   1004: "member", 1005: "reserve", 1006: "confirm", 1007: "fence",
                   1008: "offsets", 1009: "batch", 1010: "group_delete"}
-# Kafka's TransactionState ids, for a readable status beside the number.
-TXN_STATUS = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort",
-              4: "CompleteCommit", 5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence"}
 
 Decoded = tuple[str | None, str | None]
 
@@ -67,76 +66,93 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-def _unknown(what: str, buf: bytes | None) -> str:
-    return f"unknown::{what}::{(buf or b'').hex()}"
+def _key_json(type_id: int, data: dict[str, Any]) -> str:
+    return _dumps({"type": str(type_id), "data": data})
 
 
-def decode_offsets_record(key: bytes | None, value: bytes | None) -> Decoded:
-    """A ``__consumer_offsets`` record: OffsetCommitKey v0/v1 with OffsetCommitValue v0-v4
-    (group metadata records, key version 2, are shown undecoded)."""
+def _value_json(version: int, data: Any) -> str:
+    return _dumps({"version": str(version), "data": data})
+
+
+def _unknown(type_id: int, offset: int) -> Decoded:
+    """Kafka's answer for a record type its serde does not know."""
+    return f"Unknown record type {type_id} at offset {offset}, skipping.", None
+
+
+def _error(offset: int, why: str) -> Decoded:
+    """Kafka's answer for a record that does not parse."""
+    return f"Error at offset {offset}, skipping. {why}", None
+
+
+def _missing_key(offset: int) -> LogFormatError:
+    return LogFormatError(f"Failed to decode message at offset {offset} using the specified "
+                          "decoder (message had a missing key)")
+
+
+def decode_offsets_record(key: bytes | None, value: bytes | None, offset: int) -> Decoded:
+    """A ``__consumer_offsets`` record: OffsetCommitKey (types 0, 1) with OffsetCommitValue
+    v0-v3, as Kafka's OffsetsMessageParser prints them. Group metadata (type 2) and the
+    flexible v4 value are not decoded: txnlog never writes them."""
     if key is None:
-        return None, None if value is None else _unknown("value", value)
+        raise _missing_key(offset)
     try:
         k = _bytes(key)
-        version = k.take(">h")
-        if version not in (0, 1):
-            return _unknown(f"version={version}", key), \
-                None if value is None else _unknown("value", value)
-        data = {"group": k.string(), "topic": k.string(), "partition": k.take(">i")}
-        key_text = _dumps({"type": str(version), "data": data})
-    except LogFormatError:
-        return _unknown("key", key), None if value is None else _unknown("value", value)
-    if value is None:
-        return key_text, "<DELETE>"
-    try:
+        type_id = k.take(">h")
+        if type_id not in (0, 1):
+            return _unknown(type_id, offset)
+        key_text = _key_json(type_id, {"group": k.string(), "topic": k.string(),
+                                       "partition": k.take(">i")})
+        if value is None:
+            return key_text, "<DELETE>"
         v = _bytes(value)
-        vv = v.take(">h")
-        out: dict[str, Any] = {"offset": v.take(">q")}
-        if vv >= 3:
-            out["leaderEpoch"] = v.take(">i")
-        out["metadata"] = v.string()
-        out["commitTimestamp"] = v.take(">q")
-        if vv == 1:
-            out["expireTimestamp"] = v.take(">q")
-        return key_text, _dumps({"version": str(vv), "data": out})
-    except LogFormatError:
-        return key_text, _unknown("value", value)
+        version = v.take(">h")
+        if version not in (0, 1, 2, 3):
+            return _error(offset, f"OffsetCommitValue version {version} is not decoded")
+        data: dict[str, Any] = {"offset": v.take(">q")}
+        if version >= 3:
+            data["leaderEpoch"] = v.take(">i")
+        data["metadata"] = v.string()
+        data["commitTimestamp"] = v.take(">q")
+        if version == 1:
+            data["expireTimestamp"] = v.take(">q")
+        return key_text, _value_json(version, data)
+    except LogFormatError as exc:
+        return _error(offset, str(exc))
 
 
-def decode_transaction_log_record(key: bytes | None, value: bytes | None) -> Decoded:
+def decode_transaction_log_record(key: bytes | None, value: bytes | None,
+                                  offset: int) -> Decoded:
     """A ``__transaction_state`` record: Kafka's TransactionLogKey/Value v0 (txnlog keeps
-    its extras in the ``txnlog.ext`` header), or one of txnlog's own kinds."""
+    its extras in the ``txnlog.ext`` header), or one of txnlog's own kinds (types 1000+),
+    shown as ``{"kind", "id"}`` and their JSON value."""
     if key is None:
-        return None, None if value is None else _unknown("value", value)
+        raise _missing_key(offset)
     try:
         k = _bytes(key)
         type_id = k.take(">h")
         ident = k.string()
-    except LogFormatError:
-        return _unknown("key", key), None if value is None else _unknown("value", value)
-    if type_id in OWN_KIND_NAMES:
-        key_text = _dumps({"type": str(type_id),
-                           "data": {"kind": OWN_KIND_NAMES[type_id], "id": ident}})
+        if type_id in OWN_KIND_NAMES:
+            key_text = _key_json(type_id, {"kind": OWN_KIND_NAMES[type_id], "id": ident})
+            if value is None:
+                return key_text, "<DELETE>"
+            v = _bytes(value)
+            version = v.take(">h")
+            try:
+                return key_text, _value_json(version, json.loads(value[2:]))
+            except ValueError as exc:
+                return _error(offset, f"value is not JSON: {exc}")
+        if type_id != 0:
+            return _unknown(type_id, offset)
+        key_text = _key_json(0, {"transactionalId": ident})
         if value is None:
             return key_text, "<DELETE>"
-        try:
-            (vv,) = struct.unpack_from(">h", value, 0)
-            return key_text, _dumps({"version": str(vv), "data": json.loads(value[2:])})
-        except (struct.error, ValueError):
-            return key_text, _unknown("value", value)
-    if type_id != 0:
-        return _unknown(f"version={type_id}", key), \
-            None if value is None else _unknown("value", value)
-    key_text = _dumps({"type": "0", "data": {"transactionalId": ident}})
-    if value is None:
-        return key_text, "<DELETE>"
-    try:
         v = _bytes(value)
-        vv = v.take(">h")
+        version = v.take(">h")
+        if version != 0:
+            return _error(offset, f"TransactionLogValue version {version} is not decoded")
         data: dict[str, Any] = {"producerId": v.take(">q"), "producerEpoch": v.take(">h"),
-                                "transactionTimeoutMs": v.take(">i")}
-        status = v.take(">b")
-        data["transactionStatus"] = status
+                                "transactionTimeoutMs": v.take(">i"),
+                                "transactionStatus": v.take(">b")}
         n = v.take(">i")
         parts = None
         if n >= 0:
@@ -148,13 +164,12 @@ def decode_transaction_log_record(key: bytes | None, value: bytes | None) -> Dec
         data["transactionPartitions"] = parts
         data["transactionLastUpdateTimestampMs"] = v.take(">q")
         data["transactionStartTimestampMs"] = v.take(">q")
-        data["transactionState"] = TXN_STATUS.get(status, "Unknown")
-        return key_text, _dumps({"version": str(vv), "data": data})
-    except LogFormatError:
-        return key_text, _unknown("value", value)
+        return key_text, _value_json(version, data)
+    except LogFormatError as exc:
+        return _error(offset, str(exc))
 
 
-DECODERS: dict[str, Callable[[bytes | None, bytes | None], Decoded]] = {
+DECODERS: dict[str, Callable[[bytes | None, bytes | None, int], Decoded]] = {
     "offsets": decode_offsets_record,
     "transaction-log": decode_transaction_log_record,
 }

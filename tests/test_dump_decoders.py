@@ -4,6 +4,7 @@ file that is not named by a base offset."""
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 
@@ -68,10 +69,26 @@ def test_transaction_log_decoder_reads_kafkas_and_txnlogs_records(tmp_path) -> N
         "transactionStatus": 1,
         "transactionPartitions": [{"topic": "orders", "partitionIds": [0, 1]}],
         "transactionLastUpdateTimestampMs": 1700000000500,
-        "transactionStartTimestampMs": 1700000000000, "transactionState": "Ongoing"}}
+        "transactionStartTimestampMs": 1700000000000}}
     assert got[2] == ('{"type":"0","data":{"transactionalId":"gone"}}', "<DELETE>")
     assert json.loads(got[3][1])["data"]["partitions"] == 2
-    # one decoder at a time, as Kafka
+    # a type no decoder knows, and a value that does not parse: Kafka's skip lines
+    odd = tmp_path / "00000000000000000010.log"
+    odd.write_bytes(encode_batch([(struct.pack(">hh", 7, 0), b"x", [], 1),
+                                  (struct.pack(">hh", 0, 1) + b"t", b"\x00\x00\x01", [], 1)],
+                                 base_offset=10))
+    r = _txnlog(str(odd), "--transaction-log-decoder")
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stdout.splitlines() if x.startswith("| offset:")]
+    assert lines[0].endswith(" key: Unknown record type 7 at offset 10, skipping.")
+    assert " key: Error at offset 11, skipping. truncated" in lines[1]
+    # a record without a key stops the file with Kafka's message
+    nokey = tmp_path / "00000000000000000020.log"
+    nokey.write_bytes(encode_batch([(None, b"x", [], 1)], base_offset=20))
+    r = _txnlog(str(nokey), "--offsets-decoder")
+    assert r.returncode == 1 and "message had a missing key" in r.stderr
+    assert "Traceback" not in r.stderr
+    # one decoder at a time (Kafka would silently take the offsets decoder)
     assert _txnlog(str(seg), "--transaction-log-decoder", "--offsets-decoder").returncode == 2
 
 
