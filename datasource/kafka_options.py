@@ -42,10 +42,10 @@ MAPPED: dict[str, tuple[str, bool, bool]] = {
     "kafka.transactional.id": ("transactional.id", False, True),
     "kafka.transaction.timeout.ms": ("transaction.timeout.ms", False, True),
     "kafka.batch.size": ("batch.size", False, True),
-    "kafka.compression.gzip.level": ("compression.level", False, True),
-    "kafka.compression.lz4.level": ("compression.level", False, True),
-    "kafka.compression.zstd.level": ("compression.level", False, True),
 }
+# Kafka's per-codec levels (KIP-390): only the level of the codec in use means anything.
+CODEC_LEVELS = {"kafka.compression.gzip.level": "gzip", "kafka.compression.lz4.level": "lz4",
+                "kafka.compression.zstd.level": "zstd"}
 
 # Tuning that has nothing to tune in txnlog (no brokers, no fetch protocol, no producer
 # buffers: executors read and write storage directly). Value kinds are Kafka's.
@@ -138,8 +138,15 @@ def translate(options: Mapping[str, str], kind: Kind) -> dict[str, str]:
     reading = kind in ("batch_read", "stream_read")
     out: dict[str, str] = {}
     renamed: dict[str, str] = {}
+    levels: dict[str, tuple[str, str]] = {}  # codec -> (option, level)
     for key, raw in options.items():
         low = key.lower()
+        if low in CODEC_LEVELS:
+            if reading:
+                raise KafkaOptionError(f"option {key!r} applies to writes only (its txnlog "
+                                       "name is 'compression.level')")
+            levels[CODEC_LEVELS[low]] = (key, raw)
+            continue
         if low in MAPPED:
             target, for_reads, for_writes = MAPPED[low]
             if (reading and not for_reads) or (not reading and not for_writes):
@@ -164,6 +171,13 @@ def translate(options: Mapping[str, str], kind: Kind) -> dict[str, str]:
             raise KafkaOptionError(
                 f"option {key!r} has no meaning in txnlog (no Kafka client runs){OWN}")
         out[low] = raw
+    codec = (out.get("compression") or renamed.get("compression") or "none").strip().lower()
+    for level_codec, (key, raw) in levels.items():
+        if level_codec == codec:
+            renamed["compression.level"] = raw
+        else:
+            log.warning("txnlog: option %r does nothing here: the compression in use is %s "
+                        "(Kafka ignores it too)", key, codec)
     for target, raw in renamed.items():
         if target in out and out[target].strip().lower() != raw.strip().lower():
             raise KafkaOptionError(

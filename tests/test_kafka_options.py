@@ -102,6 +102,13 @@ def test_mapped_kafka_options_take_their_txnlog_meaning() -> None:
     assert write(**{"kafka.transaction.timeout.ms": "90000"}).transaction_timeout_ms == 90000
     assert write(**{"kafka.compression.zstd.level": "9", "kafka.compression.type": "zstd"}
                  ).compression_level == 9
+    # only the level of the codec in use counts, as in Kafka (a gzip level is not zstd's)
+    assert write(**{"kafka.compression.gzip.level": "9", "kafka.compression.zstd.level": "3",
+                    "compression": "zstd"}).compression_level == 3
+    assert write(**{"kafka.compression.gzip.level": "9", "kafka.compression.type": "lz4"}
+                 ).compression_level is None
+    with pytest.raises(InvalidOptionError, match=r"gzip must be in \[1, 9\]"):
+        write(**{"kafka.compression.gzip.level": "12", "kafka.compression.type": "gzip"})
     # ... and their values are checked by the txnlog option's own rules
     with pytest.raises(InvalidOptionError, match="read_committed or read_uncommitted"):
         read(**{"kafka.isolation.level": "serializable"})
