@@ -25,6 +25,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from .admin_ops import ADMIN_OPERATIONS
 from .errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
@@ -232,4 +233,5 @@ OPERATIONS: dict[str, Handler] = {
     "committed_offsets": _committed, "end_txn": _end_txn, "begin_batch": _begin_batch,
     "create_topic": _create_topic, "describe_topic": _describe_topic,
     "list_topics": _list_topics, "describe_txn": _describe_txn, "stable": _stable,
+    **ADMIN_OPERATIONS,  # list/delete groups, list/describe/abort transactions, producers
 }

@@ -1,8 +1,10 @@
 """The ``txnlog`` command line.
 
 ``txnlog dump FILE...`` prints what kafka-dump-log prints; ``txnlog coordinator --root URL``
-runs the transaction coordinator. Each subcommand lives with the component that owns it and
-is imported only when used, so ``txnlog dump`` never pays for the coordinator's imports.
+runs the transaction coordinator; ``txnlog topics|groups|transactions|configs|get-offsets|
+delete-records`` are Kafka's admin tools for a root (``admin_cli.py``). Each subcommand lives
+with the component that owns it and is imported only when used, so ``txnlog dump`` never
+pays for the coordinator's imports.
 """
 
 from __future__ import annotations
@@ -15,6 +17,17 @@ import sys
 SUBCOMMANDS = {
     "dump": ("txnlog.log_format.dump", "print log, index and txnindex files like kafka-dump-log"),
     "coordinator": ("txnlog.coordinator.server", "run the transaction coordinator for a root"),
+    # Kafka's admin tools (admin_cli.py picks the flags by the subcommand's name)
+    "topics": ("txnlog.coordinator.admin_cli", "list/describe/create topics (kafka-topics)"),
+    "groups": ("txnlog.coordinator.admin_cli",
+               "consumer groups: list, describe lag, reset offsets (kafka-consumer-groups)"),
+    "transactions": ("txnlog.coordinator.admin_cli",
+                     "list/describe/abort transactions, find hanging (kafka-transactions)"),
+    "configs": ("txnlog.coordinator.admin_cli", "describe topic configs (kafka-configs)"),
+    "get-offsets": ("txnlog.coordinator.admin_cli",
+                    "earliest/latest/max-timestamp/by-time offsets (kafka-get-offsets)"),
+    "delete-records": ("txnlog.coordinator.admin_cli",
+                       "delete records below an offset (kafka-delete-records)"),
 }
 
 

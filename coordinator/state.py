@@ -221,6 +221,16 @@ class CoordinatorState:
     def _apply_offsets(self, d: dict[str, Any]) -> None:
         self.txns[d["tid"]].offsets.append({"group": d["group"], "offsets": d["offsets"]})
 
+    def _apply_group_delete(self, d: dict[str, Any]) -> None:
+        """DeleteGroups / OffsetDelete (admin_ops): the group's committed offsets are
+        forgotten, all of them or those of ``partitions``."""
+        parts = d.get("partitions")
+        group = self.group_offsets.get(d["group"], {})
+        for topic, p in parts if parts is not None else []:
+            group.pop(partition_key(topic, p), None)
+        if parts is None or not group:
+            self.group_offsets.pop(d["group"], None)
+
     def _apply_txn(self, d: dict[str, Any]) -> None:
         tid = d["tid"]
         if d.get("tombstone"):

@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from txnlog.log_format.dump_decoders import KafkaBytes
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.records import Record
 
@@ -45,6 +46,7 @@ OWN_KINDS: dict[str, int] = {
     "merged": 1011,       # its output and manifest are durable: readers use them
     "cleaned": 1012,      # objects it replaced are deleted (after the grace period)
     "swept": 1013,        # every partition was looked at for merging once (old roots)
+    "group_delete": 1014,  # an operator deleted a consumer group's committed offsets
 }
 KIND_OF_TYPE = {v: k for k, v in OWN_KINDS.items()}
 
@@ -64,25 +66,8 @@ def _string(s: str) -> bytes:
     return struct.pack(">h", len(raw)) + raw
 
 
-class _Reader:
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
-
-    def take(self, fmt: str) -> Any:
-        s = struct.Struct(fmt)
-        if self.pos + s.size > len(self.buf):
-            raise LogFormatError("truncated __transaction_state record")
-        (v,) = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return v
-
-    def string(self) -> str:
-        n = self.take(">h")
-        if n < 0 or self.pos + n > len(self.buf):
-            raise LogFormatError("bad STRING in __transaction_state record")
-        out = self.buf[self.pos:self.pos + n].decode("utf-8")
-        self.pos += n
-        return out
+def _reader(buf: bytes) -> KafkaBytes:
+    return KafkaBytes(buf, "__transaction_state record")
 
 
 def encode_txn_value(d: dict[str, Any]) -> bytes:
@@ -102,7 +87,7 @@ def encode_txn_value(d: dict[str, Any]) -> bytes:
 
 
 def decode_txn_value(buf: bytes) -> dict[str, Any]:
-    r = _Reader(buf)
+    r = _reader(buf)
     version = r.take(">h")
     if version not in (0,):
         raise LogFormatError(f"TransactionLogValue version {version} is not supported")
@@ -142,7 +127,7 @@ def from_kafka_record(record: Record) -> LogRecord:
     """Decode one stored record back into the LogRecord that produced it."""
     if record.key is None or len(record.key) < 2:
         raise LogFormatError(f"__transaction_state record at offset {record.offset} has no key")
-    r = _Reader(record.key)
+    r = _reader(record.key)
     type_id = r.take(">h")
     ident = r.string()
     if type_id == TXN_KEY_VERSION:

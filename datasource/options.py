@@ -1,8 +1,9 @@
 """Parsing and validation of the ``txnlog`` data source options.
 
 Option names follow Spark's Kafka connector where the meaning is the same, so a user can
-move a job over by changing ``format("kafka")`` to ``format("txnlog")`` and dropping the
-``kafka.*`` settings. Unknown or contradictory options are refused up front with a message
+move a job over by changing ``format("kafka")`` to ``format("txnlog")``; spark-sql-kafka's
+``kafka.*`` and tuning options are mapped, accepted as no-ops or refused by name in
+``kafka_options.py``. Unknown or contradictory options are refused up front with a message
 that names the option: a typo must not silently read the wrong data.
 """
 
@@ -35,11 +36,17 @@ READ = {
     "isolation.level", "includeheaders", "minpartitions", "maxrecordsperpartition",
     "failondataloss", "pushfilters",
 }
-STREAM_READ = {"maxoffsetspertrigger", "maxbytespertrigger", "groupid", "maxtriggerdelay"}
+STREAM_READ = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxbytespertrigger", "groupid",
+               "maxtriggerdelay"}
 WRITE = {
     "topic", "partitions", "compression", "compression.level", "transactional.id",
-    "transaction.timeout.ms", "batch.size",
+    "transaction.timeout.ms", "batch.size", "includeheaders",
 }
+# Spark's Kafka source: maxTriggerDelay defaults to 15 minutes (DEFAULT_MAX_TRIGGER_DELAY).
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+# Spark's time strings (JavaUtils.timeStringAs): a number and an optional unit, ms if none.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
 
 Kind = Literal["batch_read", "stream_read", "batch_write", "stream_write"]
 
@@ -99,6 +106,8 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     group_id: str | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
 
     @property
     def read_committed(self) -> bool:
@@ -138,11 +147,6 @@ def check_known(options: Mapping[str, str], kind: Kind) -> None:
         low = key.lower()
         if low in allowed or low.startswith("storage."):
             continue
-        if low.startswith("kafka."):
-            raise InvalidOptionError(
-                f"option {key!r}: txnlog has no Kafka brokers; drop the kafka.* settings and "
-                "pass the log's root to load()/save()/start() (storage settings go in "
-                "storage.* options)")
         if kind == "batch_read" and low in STREAM_READ:
             raise InvalidOptionError(f"option {key!r} applies to streaming reads only")
         raise InvalidOptionError(
@@ -186,6 +190,73 @@ def _int(options: Mapping[str, str], key: str, default: int | None, *,
     if minimum is not None and value < minimum:
         raise InvalidOptionError(f"option {key!r} must be at least {minimum}, not {value}")
     return value
+
+
+def _time_ms(options: Mapping[str, str], key: str, default: int) -> int:
+    """A Spark time string ('15m', '30s', '500ms', '2h', '1d'; a bare number is ms)."""
+    raw = options.get(key)
+    if raw is None:
+        return default
+    m = re.fullmatch(r"(\d+)\s*([a-z]+)?", raw.strip().lower())
+    if m is None or (m.group(2) or "ms") not in _TIME_UNITS_MS:
+        raise InvalidOptionError(
+            f"option {key!r} must be a duration such as 15m, 30s, 500ms, 2h or 1d "
+            f"(units: {', '.join(_TIME_UNITS_MS)}), not {raw!r}")
+    return int(int(m.group(1)) * _TIME_UNITS_MS[m.group(2) or "ms"])
+
+
+MAX_ID_BYTES = 32_767  # a Kafka STRING: the longest group or transactional id
+
+
+def _coordinator(options: Mapping[str, str]) -> str | None:
+    """The ``coordinator`` option: an http(s)://host[:port] URL, or absent."""
+    from urllib.parse import urlparse
+
+    raw = options.get("coordinator")
+    if raw is None:
+        return None
+    try:
+        url = urlparse(raw.strip())
+        url.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        url = None  # type: ignore[assignment]
+    if url is None or url.scheme not in ("http", "https") or not url.hostname:
+        raise InvalidOptionError(
+            f"option 'coordinator' must be the coordinator's URL, e.g. http://10.0.0.5:9092, "
+            f"not {raw!r} (leave it out to use the one registered for the root)")
+    return raw.strip()
+
+
+def _id(options: Mapping[str, str], key: str, name: str) -> str | None:
+    """A group or transactional id option: absent, or a non-empty string a Kafka STRING
+    can hold."""
+    raw = options.get(key)
+    if raw is None:
+        return None
+    if not raw.strip() or len(raw.encode()) > MAX_ID_BYTES:
+        raise InvalidOptionError(
+            f"option {name!r} must be a non-empty string of at most {MAX_ID_BYTES} bytes")
+    return raw
+
+
+# Kafka's compression.<codec>.level ranges (KIP-390).
+LEVEL_RANGES = {Codec.GZIP: (1, 9), Codec.LZ4: (1, 17), Codec.ZSTD: (-131072, 22)}
+
+
+def _compression_level(options: Mapping[str, str], codec: Codec) -> int | None:
+    """``compression.level``, checked against the codec's range as Kafka checks it."""
+    level = _int(options, "compression.level", None)
+    if level is None:
+        return None
+    if codec not in LEVEL_RANGES:
+        raise InvalidOptionError(
+            f"option 'compression.level' applies to gzip, lz4 and zstd, not "
+            f"{codec.kafka_name}")
+    low, high = LEVEL_RANGES[codec]
+    if not low <= level <= high:
+        raise InvalidOptionError(f"option 'compression.level' for {codec.kafka_name} must be "
+                                 f"in [{low}, {high}], not {level}")
+    return level
 
 
 def _json_obj(key: str, raw: str) -> dict:
@@ -307,7 +378,23 @@ def _offset_spec(options: Mapping[str, str], *, starting: bool, streaming: bool)
     return OffsetSpec(default=default, offsets=offsets)
 
 
+def _trigger_limits(options: Mapping[str, str]) -> tuple[int | None, int | None, int]:
+    """maxOffsetsPerTrigger, minOffsetsPerTrigger and maxTriggerDelay, checked together as
+    Spark's KafkaSourceProvider does (both positive, min not above max)."""
+    most = _int(options, "maxoffsetspertrigger", None, minimum=1)
+    least = _int(options, "minoffsetspertrigger", None, minimum=1)
+    delay = _time_ms(options, "maxtriggerdelay", DEFAULT_MAX_TRIGGER_DELAY_MS)
+    if most is not None and least is not None and least > most:
+        raise InvalidOptionError(
+            f"option 'minOffsetsPerTrigger' ({least}) can't be greater than "
+            f"'maxOffsetsPerTrigger' ({most})")
+    return most, least, delay
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    from .kafka_options import translate
+
+    options = translate(options, "stream_read" if streaming else "batch_read")
     check_known(options, "stream_read" if streaming else "batch_read")
     isolation = (options.get("isolation.level") or READ_COMMITTED).strip().lower()
     if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
@@ -318,10 +405,15 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
     if strategy not in ("error", "latest"):
         raise InvalidOptionError(
             "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'")
+    max_offsets, min_offsets, max_delay = _trigger_limits(options)
+    if max_offsets is not None and options.get("maxbytespertrigger") is not None:
+        raise InvalidOptionError(
+            "give one of 'maxOffsetsPerTrigger' and 'maxBytesPerTrigger': a trigger has one "
+            "upper limit")
     return ReadOptions(
         root=_root(options),
         storage_options=storage_options(options),
-        coordinator=options.get("coordinator"),
+        coordinator=_coordinator(options),
         subscription=_subscription(options),
         starting=_offset_spec(options, starting=True, streaming=streaming),
         ending=_offset_spec(options, starting=False, streaming=streaming),
@@ -332,14 +424,21 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         max_records_per_partition=_int(options, "maxrecordsperpartition", None, minimum=1),
         fail_on_data_loss=_bool(options, "failondataloss", True),
         push_filters=_bool(options, "pushfilters", False),
-        max_offsets_per_trigger=_int(options, "maxoffsetspertrigger", None, minimum=1),
+        max_offsets_per_trigger=max_offsets,
         max_bytes_per_trigger=_int(options, "maxbytespertrigger", None, minimum=1),
-        group_id=options.get("groupid") or None,
+        group_id=_id(options, "groupid", "groupId"),
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=max_delay,
     )
 
 
 def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
+    from .kafka_options import translate
+
+    options = translate(options, "stream_write" if streaming else "batch_write")
     check_known(options, "stream_write" if streaming else "batch_write")
+    # Spark's Kafka sink option: headers are written whenever a 'headers' column is given.
+    _bool(options, "includeheaders", False)
     topic = options.get("topic") or None
     if topic is not None:
         from txnlog.log_format.layout import validate_topic
@@ -354,12 +453,12 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
     return WriteOptions(
         root=_root(options),
         storage_options=storage_options(options),
-        coordinator=options.get("coordinator"),
+        coordinator=_coordinator(options),
         topic=topic,
         partitions=_int(options, "partitions", None, minimum=1),
         compression=codec,
-        compression_level=_int(options, "compression.level", None),
-        transactional_id=options.get("transactional.id") or None,
+        compression_level=_compression_level(options, codec),
+        transactional_id=_id(options, "transactional.id", "transactional.id"),
         transaction_timeout_ms=timeout,
         batch_size=_int(options, "batch.size", 1 << 20, minimum=1024) or (1 << 20),
         checkpoint_location=options.get("checkpointlocation"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -76,6 +78,9 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self._latest: dict[TopicPartition, int] | None = None  # for reportLatestOffset
         self._group_producer: tuple[int, int] | None = None
+        # minOffsetsPerTrigger: when the last batch was let through (None: never, so the
+        # first trigger runs at once, as Spark's Kafka source with lastTriggerMillis = 0).
+        self._last_trigger_s: float | None = None
 
     # ---- helpers (driver) --------------------------------------------------------------
     def _storage(self) -> Storage:
@@ -132,6 +137,13 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._encode({(r.topic, r.partition): r.start for r in ranges})
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """Spark's Kafka source: min and max together are a composite limit. PySpark has
+        no CompositeReadLimit, so with both the default is ReadMaxRows and ``latestOffset``
+        applies the minimum from the options (ReadMaxRows only ever arrives as this
+        default: Trigger.Once passes ReadAllAvailable, which waives both, as in Kafka)."""
+        if self.opts.min_offsets_per_trigger is not None \
+                and self.opts.max_offsets_per_trigger is None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         if self.opts.max_bytes_per_trigger is not None:
@@ -153,11 +165,32 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # AvailableNow: never past the target; partitions born since then stay put.
             end = {tp: min(off, self._target.get(tp, begin[tp])) for tp, off in end.items()}
         end = {tp: max(begin[tp], off) for tp, off in end.items()}
+        if isinstance(limit, ReadMinRows | ReadMaxRows) and self._target is None \
+                and self.opts.min_offsets_per_trigger is not None \
+                and self._delay_batch(begin, available):
+            return start
         if isinstance(limit, ReadMaxRows):
             end = rate_limit(begin, end, limit.max_rows)
         elif isinstance(limit, ReadMaxBytes):
             end = self._byte_limit(begin, end, limit.max_bytes)
         return self._encode(end)
+
+    def _delay_batch(self, begin: Mapping[TopicPartition, int],
+                     available: Mapping[TopicPartition, int]) -> bool:
+        """Spark's KafkaMicroBatchStream.delayBatch: skip this trigger while fewer than
+        minOffsetsPerTrigger offsets are available, unless maxTriggerDelay has passed since
+        the last batch. (Not under Trigger.AvailableNow, which must end: it reads all.)"""
+        assert self.opts.min_offsets_per_trigger is not None
+        now = time.monotonic()
+        if self._last_trigger_s is None or \
+                (now - self._last_trigger_s) * 1000 >= self.opts.max_trigger_delay_ms:
+            self._last_trigger_s = now
+            return False
+        new = sum(max(0, off - begin.get(tp, 0)) for tp, off in available.items())
+        if new < self.opts.min_offsets_per_trigger:
+            return True
+        self._last_trigger_s = now
+        return False
 
     def _begin(self, start: dict[TopicPartition, int], available: dict[TopicPartition, int]
                ) -> dict[TopicPartition, int]:

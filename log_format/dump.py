@@ -1,5 +1,9 @@
 """``txnlog dump``: kafka-dump-log's output for ``.log``, ``.index``, ``.timeindex``, ``.txnindex``.
 
+Kafka's decoders (``--offsets-decoder``, ``--transaction-log-decoder``, also for txnlog's own
+``__transaction_state`` records: ``dump_decoders.py``) and index checks
+(``--index-sanity-check``, ``--verify-index-only``) work as in DumpLogSegments.
+
 The lines are Kafka's DumpLogSegments format token for token, so scripts and eyes trained on
 kafka-dump-log read ours unchanged. Files are local paths or any fsspec URL. Where Kafka's
 tool would die on a stack trace (a batch or record that does not parse), we print the error
@@ -28,6 +32,7 @@ from .batch_header import (
 from .compression import Codec
 from .control import ControlType, parse_control_key, parse_end_txn_marker
 from .crc import crc32c
+from .dump_decoders import DECODERS
 from .errors import LogFormatError
 from .indexes import OFFSET_ENTRY, OFFSET_ENTRY_SIZE, TIME_ENTRY, TIME_ENTRY_SIZE, decode_txn_index
 from .records import decode_batch
@@ -44,6 +49,9 @@ class DumpOptions:
     print_data_log: bool = False
     skip_record_metadata: bool = False
     max_bytes: int = INT_MAX
+    decoder: str | None = None  # "offsets" or "transaction-log" (dump_decoders.DECODERS)
+    index_sanity_check: bool = False
+    verify_index_only: bool = False
 
 
 @dataclass
@@ -224,7 +232,18 @@ def dump_log(path: str, data: bytes, opts: DumpOptions, out: TextIO, err: TextIO
                         print(f"Error: {exc} (control record at offset {rec.offset})",
                               file=err)
                         return 1
-            if opts.print_data_log and not h.is_control:
+            if opts.print_data_log and not h.is_control and opts.decoder:
+                try:
+                    key_text, payload = DECODERS[opts.decoder](rec.key, rec.value, rec.offset)
+                except LogFormatError as exc:
+                    print("".join(parts), file=out)
+                    print(f"Error: {exc}", file=err)
+                    return 1
+                if key_text is not None:
+                    parts.append(f"{prefix}key: {key_text}")
+                if payload is not None:
+                    parts.append(f" payload: {payload}")
+            elif opts.print_data_log and not h.is_control:
                 if rec.key is not None:
                     parts.append(f"{prefix}key: {_java_string(rec.key)}")
                 if rec.value is not None:
@@ -256,6 +275,8 @@ def dump_index(path: str, data: bytes, opts: DumpOptions, out: TextIO,
     """``offset: O position: P`` per entry (DumpLogSegments.dumpIndex)."""
     base = _base_offset(path)
     entries = len(data) // OFFSET_ENTRY_SIZE
+    if opts.index_sanity_check:
+        return _sanity(path, data, OFFSET_ENTRY_SIZE, base, out, _offset_index_problem)
     if entries == 0:
         print(f"{path} is empty.", file=out)
         return 0
@@ -273,7 +294,8 @@ def dump_index(path: str, data: bytes, opts: DumpOptions, out: TextIO,
             if first is not None and first.last_offset != offset:
                 problems.index_mismatches.setdefault(path, []).append(
                     (offset, first.last_offset))
-        print(f"offset: {offset} position: {position}", file=out)
+        if not opts.verify_index_only:
+            print(f"offset: {offset} position: {position}", file=out)
     return 0
 
 
@@ -281,6 +303,8 @@ def dump_time_index(path: str, data: bytes, opts: DumpOptions, out: TextIO,
                     problems: _Problems) -> int:
     """``timestamp: T offset: O`` per entry (DumpLogSegments.dumpTimeIndex)."""
     base = _base_offset(path)
+    if opts.index_sanity_check:
+        return _sanity(path, data, TIME_ENTRY_SIZE, base, out, _time_index_problem)
     batches = _log_batches_or_none(path)
     prev_ts = -1
     log_data = _read(_sibling(path, ".log")) if batches else b""
@@ -305,8 +329,47 @@ def dump_time_index(path: str, data: bytes, opts: DumpOptions, out: TextIO,
                     problems.time_mismatches.setdefault(path, []).append((timestamp, max_ts))
                 if prev_ts >= timestamp:
                     problems.time_out_of_order.setdefault(path, []).append((timestamp, prev_ts))
-        print(f"timestamp: {timestamp} offset: {offset}", file=out)
+        if not opts.verify_index_only:
+            print(f"timestamp: {timestamp} offset: {offset}", file=out)
         prev_ts = timestamp
+    return 0
+
+
+def _offset_index_problem(data: bytes, entries: int, base: int) -> str | None:
+    """OffsetIndex.sanityCheck: the last entry's offset must not be below the base."""
+    last = base + OFFSET_ENTRY.unpack_from(data, (entries - 1) * OFFSET_ENTRY_SIZE)[0]
+    if last < base:
+        return (f"Corrupt index found, index file has non-zero size but the last offset is "
+                f"{last} which is less than the base offset {base}.")
+    return None
+
+
+def _time_index_problem(data: bytes, entries: int, base: int) -> str | None:
+    """TimeIndex.sanityCheck: last timestamp >= first, last offset >= base."""
+    first_ts = TIME_ENTRY.unpack_from(data, 0)[0]
+    last_ts, rel = TIME_ENTRY.unpack_from(data, (entries - 1) * TIME_ENTRY_SIZE)
+    if last_ts < first_ts:
+        return (f"Corrupt time index found, time index file has non-zero size but the last "
+                f"timestamp is {last_ts} which is less than the first timestamp {first_ts}")
+    if base + rel < base:
+        return (f"Corrupt time index found, time index file has non-zero size but the last "
+                f"offset is {base + rel} which is less than the first offset {base}")
+    return None
+
+
+def _sanity(path: str, data: bytes, entry_size: int, base: int, out: TextIO,
+            problem: Callable[[bytes, int, int], str | None]) -> int:
+    """--index-sanity-check: the broker's start-up check of an index, no content printed."""
+    if len(data) % entry_size != 0:
+        why: str | None = (f"Index file {_name(path)} is corrupt, found {len(data)} bytes "
+                           f"which is neither positive nor a multiple of {entry_size}.")
+    else:
+        entries = len(data) // entry_size
+        why = problem(data, entries, base) if entries else None
+    if why is not None:
+        print(f"Error: {path} failed sanity check: {why}", file=sys.stderr)
+        return 1
+    print(f"{path} passed sanity check.", file=out)
     return 0
 
 
@@ -350,10 +413,11 @@ def dump_files(paths: list[str], opts: DumpOptions | None = None, *,
         try:
             _base_offset(path)
         except ValueError:
-            if suffix != ".log":
-                print(f"Error: {name} is not named by a base offset", file=err)
-                status = 1
-                continue
+            print(f"Error: {name} is not a segment file name: Kafka's log files are named "
+                  f"by their base offset in 20 digits, e.g. 00000000000000000000{suffix}",
+                  file=err)
+            status = 1
+            continue
         try:
             data = _read(path)
         except (OSError, ValueError) as exc:
@@ -376,6 +440,15 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                         help="omit offset/timestamp/size details of each record")
     parser.add_argument("--max-bytes", type=int, default=INT_MAX,
                         help="read at most this many bytes of each .log")
+    parser.add_argument("--offsets-decoder", action="store_true",
+                        help="decode __consumer_offsets records (implies --print-data-log)")
+    parser.add_argument("--transaction-log-decoder", action="store_true",
+                        help="decode __transaction_state records, txnlog's own kinds "
+                        "included (implies --print-data-log)")
+    parser.add_argument("--index-sanity-check", action="store_true",
+                        help="only run the broker's start-up check of each index")
+    parser.add_argument("--verify-index-only", action="store_true",
+                        help="check indexes against their log without printing entries")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -406,8 +479,18 @@ def run(args: argparse.Namespace) -> int:
         print("txnlog dump: no files given", file=sys.stderr)
         return 2
     max_bytes = rest.max_bytes if rest.max_bytes != INT_MAX else args.max_bytes
+    flag = lambda name: bool(getattr(args, name) or getattr(rest, name))  # noqa: E731
+    if flag("offsets_decoder") and flag("transaction_log_decoder"):
+        print("txnlog dump: give one decoder, --offsets-decoder or --transaction-log-decoder",
+              file=sys.stderr)
+        return 2
+    decoder = "offsets" if flag("offsets_decoder") else \
+        "transaction-log" if flag("transaction_log_decoder") else None
     opts = DumpOptions(deep_iteration=args.deep_iteration or rest.deep_iteration,
-                       print_data_log=args.print_data_log or rest.print_data_log,
+                       print_data_log=args.print_data_log or rest.print_data_log
+                       or decoder is not None,
+                       decoder=decoder, index_sanity_check=flag("index_sanity_check"),
+                       verify_index_only=flag("verify_index_only"),
                        skip_record_metadata=args.skip_record_metadata or rest.skip_record_metadata,
                        max_bytes=max_bytes)
     return dump_files(files, opts)

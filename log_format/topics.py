@@ -92,4 +92,4 @@ def list_topics(storage: Storage) -> list[str]:
                 out.append(validate_topic(name))
             except TxnlogError:
                 continue
-    return out
+    return sorted(out)  # listed by object name, where "a-b.json" sorts before "a.json"

@@ -3,6 +3,7 @@
 The names a Python user meets, importable from the package itself::
 
     from txnlog import TransactionalProducer, Consumer, TopicPartition, coordinator_for_root
+    from txnlog import AdminClient   # Kafka's AdminClient: topics, groups, transactions
 
 Spark users need no import at all: ``spark.read.format("txnlog")`` finds the data source
 (module ``pyspark_txnlog``). The three components stay importable on their own —
@@ -32,6 +33,9 @@ _EXPORTS: dict[str, str] = {
     "RecordMetadata": "txnlog.coordinator.producer",
     "CoordinatorClient": "txnlog.coordinator.client",
     "coordinator_for_root": "txnlog.coordinator.embedded",
+    # administration: Kafka's AdminClient names (the txnlog CLI's admin commands use it)
+    "AdminClient": "txnlog.coordinator.admin",
+    "UnsupportedOperationError": "txnlog.coordinator.admin",
     # consuming: storage only
     "Consumer": "txnlog.log_format.consumer",
     "ConsumerRecord": "txnlog.log_format.consumer",
@@ -44,6 +48,9 @@ _EXPORTS: dict[str, str] = {
     "Storage": "txnlog.log_format.storage",
     # streaming helpers
     "clear_abandoned_first_batch": "txnlog.datasource.stream_checkpoint",
+    # Spark's Kafka lag metrics (min/max/avgOffsetsBehindLatest) from a query's progress
+    "TxnlogLagListener": "txnlog.datasource.lag_metrics",
+    "source_lag": "txnlog.datasource.lag_metrics",
     # errors: one base class; Kafka's error names for what the coordinator refuses
     "TxnlogError": "txnlog.log_format.errors",
     "LogFormatError": "txnlog.log_format.errors",
@@ -59,6 +66,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "AdminClient",
     "ConcurrentTransactionsError",
     "Consumer",
     "ConsumerRecord",
@@ -79,11 +87,14 @@ __all__ = [
     "TopicPartition",
     "TransactionalProducer",
     "TxnlogError",
+    "TxnlogLagListener",
     "UnknownTopicError",
+    "UnsupportedOperationError",
     "clear_abandoned_first_batch",
     "coordinator_for_root",
     "create_topic",
     "list_topics",
+    "source_lag",
 ]
 
 
@@ -91,6 +102,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
+    from txnlog.coordinator.admin import AdminClient, UnsupportedOperationError
     from txnlog.coordinator.client import CoordinatorClient, CoordinatorUnavailableError
     from txnlog.coordinator.embedded import coordinator_for_root
     from txnlog.coordinator.errors import (
@@ -104,6 +116,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
         RecordMetadata,
         TransactionalProducer,
     )
+    from txnlog.datasource.lag_metrics import TxnlogLagListener, source_lag
     from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
     from txnlog.log_format.consumer import Consumer, ConsumerRecord
     from txnlog.log_format.errors import (

@@ -12,6 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+
+from coordinator_proc import CoordinatorProc
+
 
 @pytest.fixture(scope="session")
 def spark(s3_server: object) -> Iterator[object]:
@@ -34,3 +38,14 @@ def spark(s3_server: object) -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def coord(file_root: str) -> Iterator[CoordinatorProc]:
+    """A coordinator process for the test's file root, healthy, stopped after the test."""
+    proc = CoordinatorProc(file_root)
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()

@@ -3,8 +3,12 @@ exactly-once check of an output topic (every input record once, per-key order, n
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format.reader import PartitionReader
@@ -89,3 +93,23 @@ def end_offsets(root: str, topic: str) -> dict[tuple[str, int], int]:
     assert snap is not None
     return {(topic, p): snap.lso(topic, p)
             for p in range(read_topic(storage, topic).partitions)}
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    """Poll ``cond`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def offsets_log(ckpt: str | os.PathLike[str]) -> list[dict]:
+    """A txnlog source's end offsets of every batch, from Spark's offset log."""
+    base = os.fspath(ckpt)
+    out = []
+    for name in sorted((n for n in os.listdir(f"{base}/offsets") if n.isdigit()), key=int):
+        with open(f"{base}/offsets/{name}", encoding="utf-8") as f:
+            out.append(json.loads(f.read().splitlines()[2]))
+    return out

@@ -8,7 +8,6 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,39 +16,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.dirname(__file__))
 
 from coordinator_proc import CoordinatorProc
-from stream_helpers import check_exactly_once, end_offsets, produce_keyed, read_values
+from stream_helpers import (
+    check_exactly_once,
+    end_offsets,
+    offsets_log,
+    produce_keyed,
+    read_values,
+    wait_for,
+)
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
 from txnlog.datasource.stream_offsets import decode
 from txnlog.datasource.stream_reader import rate_limit
-
-
-@pytest.fixture
-def coord(file_root: str) -> Iterator[CoordinatorProc]:
-    proc = CoordinatorProc(file_root)
-    try:
-        proc.wait_healthy()
-        yield proc
-    finally:
-        proc.stop()
-
-
-def _offsets_log(ckpt: Path) -> list[dict]:
-    """Our source's end offsets of every batch, from Spark's offset log."""
-    out = []
-    for name in sorted((n for n in os.listdir(ckpt / "offsets") if n.isdigit()), key=int):
-        lines = (ckpt / "offsets" / name).read_text().splitlines()
-        out.append(json.loads(lines[2]))
-    return out
-
-
-def _wait(cond, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord, tmp_path
@@ -75,7 +53,7 @@ def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord,
     while cur != ends:
         cur = rate_limit(cur, ends, 17)
         want.append(dict(cur))
-    assert [decode(o) for o in _offsets_log(ckpt)] == want
+    assert [decode(o) for o in offsets_log(ckpt)] == want
     assert len(want) > 3
     assert len(got) == 63 and len(set(got)) == 63
     got.clear()
@@ -86,7 +64,7 @@ def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord,
     q = (df.writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
          .trigger(availableNow=True).start())
     q.awaitTermination()
-    assert decode(_offsets_log(ckpt)[-1]) == end_offsets(file_root, "in")
+    assert decode(offsets_log(ckpt)[-1]) == end_offsets(file_root, "in")
     assert sorted(got) == sorted(f"k{i}:9".encode() for i in range(7))
 
 
@@ -99,7 +77,7 @@ def test_latest_new_topics_and_read_committed(spark, file_root: str, coord) -> N
          .writeStream.format("memory").queryName("latest")
          .trigger(processingTime="300 milliseconds").start())
     try:
-        _wait(lambda: q.lastProgress is not None, "the first trigger")
+        wait_for(lambda: q.lastProgress is not None, "the first trigger")
         rows = lambda: spark.sql("select topic, value from latest").collect()  # noqa: E731
         assert rows() == []  # startingOffsets defaults to latest for streams
         # New records, with aborted transactions between them, and a new topic with old data.
@@ -108,7 +86,7 @@ def test_latest_new_topics_and_read_committed(spark, file_root: str, coord) -> N
         client.create_topic("pb", 3)
         produce_keyed(file_root, coord.endpoint, "pb", keys=5, per_key=2, txns=1,
                       aborted_every=1, tid="g2")
-        _wait(lambda: len(rows()) >= 18, "the new records")
+        wait_for(lambda: len(rows()) >= 18, "the new records")
         time.sleep(1.5)  # a few more triggers: nothing else may show up
         got = sorted((r.topic, bytes(r.value)) for r in rows())
     finally:
@@ -235,7 +213,7 @@ def test_s3_root_max_bytes_per_trigger(spark, s3_root: str, tmp_path) -> None:
              .option("coordinator", coord.endpoint).option("checkpointLocation", str(ckpt))
              .trigger(availableNow=True).start(s3_root))
         q.awaitTermination()
-        assert [decode(o)[("in", 0)] for o in _offsets_log(ckpt)] == want
+        assert [decode(o)[("in", 0)] for o in offsets_log(ckpt)] == want
         assert len(want) > 3
         assert check_exactly_once(s3_root, "out", expected) == 40
         assert client.committed_offsets("g-s3") == ends

@@ -1,0 +1,113 @@
+"""The stream source's admission control, called as Spark calls it (no Spark session):
+minOffsetsPerTrigger with maxTriggerDelay, alone and with maxOffsetsPerTrigger, as Spark's
+KafkaMicroBatchStream does them. Time is the module's clock, moved by the test."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from coordinator_proc import CoordinatorProc
+from txnlog import TransactionalProducer
+from txnlog.datasource import stream_reader
+from txnlog.datasource.options import parse_read_options
+from txnlog.datasource.stream_offsets import decode, encode
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _produce(root: str, endpoint: str, tid: str, n: int) -> None:
+    with TransactionalProducer(root, tid, coordinator=endpoint) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(n):
+            p.send("t", b"v", key=f"k{i}".encode(), partition=0)
+        p.commit_transaction()
+
+
+def _reader(root: str, **opts: str) -> stream_reader.TxnlogStreamReader:
+    o = parse_read_options({"path": root, "subscribe": "t", "startingoffsets": "earliest",
+                            **{k.lower(): v for k, v in opts.items()}}, streaming=True)
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
+                         StructField("topic", StringType()),
+                         StructField("partition", IntegerType()),
+                         StructField("offset", LongType()),
+                         StructField("timestamp", TimestampType()),
+                         StructField("timestampType", IntegerType())])
+    return stream_reader.TxnlogStreamReader(o, schema)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(stream_reader.time, "monotonic", c)
+    return c
+
+
+def test_min_offsets_and_max_trigger_delay(file_root: str, clock: Clock) -> None:
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 1)
+        r = _reader(file_root, minOffsetsPerTrigger="10", maxTriggerDelay="30s")
+        assert r.getDefaultReadLimit() == ReadMinRows(10)
+        start = r.initialOffset()
+        limit = r.getDefaultReadLimit()
+        assert r.latestOffset(start, limit) == start  # nothing yet (first trigger runs)
+        _produce(file_root, coord.endpoint, "a", 5)  # 6 offsets
+        clock.now += 1
+        assert r.latestOffset(start, limit) == start  # 6 < 10: delayed
+        clock.now += 28  # 29 s since the last batch
+        assert r.latestOffset(start, limit) == start
+        clock.now += 1  # maxTriggerDelay since the last batch: runs with what there is
+        assert decode(r.latestOffset(start, limit)) == {("t", 0): 6}
+        start = encode({("t", 0): 6})
+        _produce(file_root, coord.endpoint, "b", 5)
+        clock.now += 1
+        assert r.latestOffset(start, limit) == start  # 6 new < 10
+        _produce(file_root, coord.endpoint, "c", 5)
+        clock.now += 1
+        assert decode(r.latestOffset(start, limit)) == {("t", 0): 18}  # 12 >= 10
+        # Trigger.Once passes ReadAllAvailable: no minimum, as in Kafka
+        _produce(file_root, coord.endpoint, "d", 1)
+        clock.now += 1
+        assert decode(r.latestOffset(encode({("t", 0): 18}), ReadAllAvailable())) == \
+            {("t", 0): 20}
+
+
+def test_min_and_max_together(file_root: str, clock: Clock) -> None:
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 1)
+        r = _reader(file_root, minOffsetsPerTrigger="4", maxOffsetsPerTrigger="7")
+        limit = r.getDefaultReadLimit()
+        assert limit == ReadMaxRows(7)  # min comes from the options (no composite limit)
+        start = r.initialOffset()
+        assert r.latestOffset(start, limit) == start
+        _produce(file_root, coord.endpoint, "a", 2)  # 3 offsets < 4
+        clock.now += 1
+        assert r.latestOffset(start, limit) == start
+        _produce(file_root, coord.endpoint, "b", 9)  # 13 offsets: min met, capped at 7
+        clock.now += 1
+        assert decode(r.latestOffset(start, limit)) == {("t", 0): 7}
+        # AvailableNow must end: the minimum does not hold it back
+        r.prepareForTriggerAvailableNow()
+        clock.now += 1
+        assert decode(r.latestOffset(encode({("t", 0): 12}), limit)) == {("t", 0): 13}
