@@ -34,6 +34,7 @@ from .batch_header import CONTROL_FLAG
 from .errors import CorruptBatchError, TruncatedBatchError, TxnlogError
 from .indexes import (
     AbortedTxn,
+    OffsetEntry,
     collect_aborted_txns,
     decode_offset_index,
     decode_time_index,
@@ -161,6 +162,7 @@ class PartitionReader:
         self._listed_at = 0.0  # time.monotonic() of the listing
         self._manifest: PartitionManifest | None = None
         self._txn_cache: dict[str, list[AbortedTxn]] = {}
+        self._index_cache: dict[str, list[OffsetEntry]] = {}
 
     # ---- bounds ------------------------------------------------------------------------
     def refresh(self) -> StableSnapshot | None:
@@ -365,20 +367,36 @@ class PartitionReader:
             if not seg.merged and time.monotonic() - self._listed_at > self._max_listing_age():
                 raise _StaleListing()
             pos = 0
-            if seg.has_index and seg.size > self.chunk_bytes and start > seg.base_offset:
-                pos = self._index_position(seg, start)
+            bounds: list[int] = []
+            if seg.has_index and seg.size > self.chunk_bytes:
+                # a big segment: start at the index entry below `start`, and cut pieces at
+                # batch starts the index names, so no piece ends inside a batch (a partial
+                # batch would be carried and copied into the next piece, every piece)
+                entries = self._index_entries(seg)
+                if start > seg.base_offset:
+                    pos = lookup_offset(entries, start, seg.base_offset).position
+                bounds = [e.position for e in entries]
             while pos < seg.size:
                 stop = min(seg.size, pos + self.chunk_bytes)
+                if stop < seg.size and bounds:
+                    i = bisect.bisect_right(bounds, stop) - 1
+                    if i >= 0 and bounds[i] > pos:
+                        stop = bounds[i]
                 yield _Piece(seg, pos, stop, stop == seg.size)
                 pos = stop
 
-    def _index_position(self, seg: Segment, target: int) -> int:
+    def _index_entries(self, seg: Segment) -> list[OffsetEntry]:
+        """A segment's ``.index`` entries ([] without one), kept for the reader's life."""
         path = seg.sibling(INDEX_SUFFIX)
-        try:
-            entries = decode_offset_index(self.storage.get(path), seg.base_offset)
-        except FileNotFoundError:
-            return 0
-        return lookup_offset(entries, target, seg.base_offset).position
+        entries = self._index_cache.get(path)
+        if entries is None:
+            try:
+                entries = decode_offset_index(self.storage.get(path), seg.base_offset,
+                                              source=f"{self.storage.url}/{path}")
+            except FileNotFoundError:
+                entries = []
+            self._index_cache[path] = entries
+        return entries
 
     def _decode_pieces(self, plan: Iterator[_Piece], start: int, end: int,
                        aborted: AbortedFilter | None) -> Iterator[ReadChunk]:

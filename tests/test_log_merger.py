@@ -231,3 +231,42 @@ def test_partition_listing_stays_bounded_as_history_grows(file_root: str) -> Non
     assert merge_state[-1] <= 2 * merge_state[0], merge_state  # the state does not grow
     assert len(man.objects) <= 3 + 2 * 3, man.objects  # segments of 4 kB + runs
     assert json.loads(man.to_json())["grace_ms"] == GRACE_MS
+
+
+def test_a_big_merged_segment_is_read_in_pieces_cut_at_batch_starts(file_root: str) -> None:
+    """Pieces of a merged segment end where the .index says a batch starts (no partial
+    batch carried and copied into the next piece), and the records are the small objects'."""
+    from txnlog.log_format.arrow_codec import scan_batches
+    from txnlog.log_format.manifest import MergedObject, new_manifest
+    from txnlog.log_format.records import encode_batch
+    from txnlog.log_format.segment_merge import MergeInput, merge_segment
+    from txnlog.log_format.stable import make_snapshot, write_stable
+
+    storage = Storage.for_url(file_root)
+    objects, off = [], 0
+    for i in range(60):
+        data = encode_batch([(None, b"%d-%d" % (i, j) * 40, [], 1000 + off + j)
+                             for j in range(5)], base_offset=off)
+        objects.append((off, data))
+        off += 5
+    merged = merge_segment([MergeInput(b, b + 5, d) for b, d in objects],
+                           index_interval_bytes=512)
+    obj = MergedObject(0, 0, off, len(merged.log))
+    for path, data in [(obj.path("m", 0), merged.log),
+                       (obj.path("m", 0, layout.INDEX_SUFFIX), merged.index),
+                       (obj.path("m", 0, layout.TIMEINDEX_SUFFIX), merged.timeindex)]:
+        assert storage.put_if_absent(path, data)
+    man = new_manifest("m", 0, 1, [obj], 0, 0, GRACE_MS)
+    assert storage.put_if_absent(man.path, man.to_json())
+    for base, data in objects:  # the same records as small objects, in another topic
+        assert storage.put_if_absent(layout.segment_path("s", 0, base), data)
+    write_stable(storage, make_snapshot(1, 0, {"m-0": (off, off), "s-0": (off, off)}))
+    reader = PartitionReader(storage, "m", 0, chunk_bytes=2048)
+    starts = set(scan_batches(merged.log)["position"].tolist()) | {len(merged.log)}
+    for begin in (0, 37, 151):
+        reader.segments()
+        pieces = list(reader._plan(begin, off))
+        assert len(pieces) > 3 and all(p.end in starts for p in pieces)
+        small = PartitionReader(storage, "s", 0, chunk_bytes=2048)
+        assert reader.read_table(begin).equals(
+            small.read_table(begin).set_column(2, "topic", reader.read_table(begin)["topic"]))
