@@ -124,7 +124,8 @@ def _fresh_read(root: str) -> tuple[float, dict[str, int], int]:
     return time.perf_counter() - t0, dict(counting.counts), rows
 
 
-def _plan_micro_batch(root: str, previous: dict[str, Any] | None) -> tuple[float, Any]:
+def _plan_micro_batch(root: str, previous: dict[str, Any] | None
+                      ) -> tuple[float, Any, dict[str, int]]:
     """Driver-side planning of one micro-batch, as Spark calls the stream reader."""
     from pyspark.sql.datasource import ReadAllAvailable
     from pyspark.sql.types import (
@@ -152,11 +153,12 @@ def _plan_micro_batch(root: str, previous: dict[str, Any] | None) -> tuple[float
                          StructField("timestamp", TimestampType()),
                          StructField("timestampType", IntegerType())])  # no session needed
     reader = TxnlogStreamReader(opts, schema)
+    counting = CountingStorage(Storage.for_url(root))
     t0 = time.perf_counter()
     start = previous if previous is not None else reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
     reader.partitions(start, end)
-    return time.perf_counter() - t0, end
+    return time.perf_counter() - t0, end, dict(counting.counts)
 
 
 def run(root: str, points: list[int], merge: bool, label: str) -> list[dict[str, Any]]:
@@ -194,7 +196,7 @@ def run(root: str, points: list[int], merge: bool, label: str) -> list[dict[str,
             reads = [_fresh_read(root) for _ in range(READ_REPEATS)]
             plans = []
             for _ in range(READ_REPEATS):
-                secs, end = _plan_micro_batch(root, previous_plan)
+                secs, end, plan_requests = _plan_micro_batch(root, previous_plan)
                 plans.append(secs)
             previous_plan = end
             from txnlog.log_format.storage import Storage
@@ -207,7 +209,7 @@ def run(root: str, points: list[int], merge: bool, label: str) -> list[dict[str,
                 "live_objects": objs["live"], "in_grace": objs["in_grace"],
                 "read_s": statistics.median(r[0] for r in reads),
                 "read_requests": reads[-1][1], "read_rows": reads[-1][2],
-                "plan_s": statistics.median(plans),
+                "plan_s": statistics.median(plans), "plan_requests": plan_requests,
                 "commit_p50_ms": 1000 * _pct(recent, 0.5),
                 "commit_p99_ms": 1000 * _pct(recent, 0.99),
                 "merged_bytes": objs["merged_bytes"],
@@ -229,7 +231,8 @@ def _line(r: dict[str, Any], base: dict[str, Any]) -> str:
             f"{r['in_grace']} | newest record "
             f"{1000 * r['read_s']:7.1f} ms x{r['read_s'] / base['read_s']:.2f}, "
             f"{req} requests {r['read_requests']} x{req / base_req:.2f} | plan "
-            f"{1000 * r['plan_s']:6.1f} ms x{r['plan_s'] / base['plan_s']:.2f} | commit p50 "
+            f"{1000 * r['plan_s']:6.1f} ms x{r['plan_s'] / base['plan_s']:.2f}, "
+            f"{sum(r['plan_requests'].values())} requests | commit p50 "
             f"{r['commit_p50_ms']:.1f} ms x{r['commit_p50_ms'] / base['commit_p50_ms']:.2f} "
             f"p99 {r['commit_p99_ms']:.1f} ms | load {r['load']:.1f}")
 
