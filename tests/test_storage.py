@@ -93,6 +93,13 @@ def test_listing_is_never_stale(every_root: str) -> None:
     assert [o.name for o in st.list("p-0")] == ["a", "b"]
     st.delete("p-0/a")
     assert [o.name for o in st.list("p-0")] == ["b"]
+    # emptied: nothing (SeaweedFS lists the directory's own key "p-0/" under it)
+    st.delete("p-0/b")
+    assert st.list("p-0") == []
+    assert st.list("p-0", start_after="") == []
+    st.put_if_absent("p-1/x", b"3")
+    st.delete_many(["p-1/x"])
+    assert st.list("p-1") == []
 
 
 def test_list_start_after_and_limit(every_root: str) -> None:
@@ -388,6 +395,57 @@ def _flaky(s3_root: str, failures: list[BaseException], land_first: bool = False
     fs = FlakyFs(real.fs, failures, land_first)
     st = S3Storage(real.bucket, real.prefix, {}, RetryPolicy(attempts, 0.001, 0.002), fs=fs)
     return st, fs
+
+
+class RefusingDeletes:
+    """Wraps a real s3fs filesystem: DeleteObjects keeps `key` and reports it under
+    ``Errors`` with `code` (200 all the same, as S3 does), `times` times."""
+
+    def __init__(self, real: Any, key: str, code: str, times: int) -> None:
+        self.real, self.key, self.code, self.times = real, key, code, times
+        self.calls = 0
+
+    def call_s3(self, method: str, **kw: Any) -> Any:
+        if method != "delete_objects":
+            return self.real.call_s3(method, **kw)
+        self.calls += 1
+        objects = kw["Delete"]["Objects"]
+        refuse = self.times > 0 and any(o["Key"].endswith(self.key) for o in objects)
+        if refuse:
+            self.times -= 1
+            objects = [o for o in objects if not o["Key"].endswith(self.key)]
+        resp = dict(self.real.call_s3(method, **dict(kw, Delete=dict(kw["Delete"],
+                                                                     Objects=objects))))
+        if refuse:
+            resp["Errors"] = [{"Key": self.key, "Code": self.code, "Message": "no"}]
+        return resp
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("code,times,deleted", [("InternalError", 2, True),
+                                                ("NoSuchKey", 9, False),
+                                                ("AccessDenied", 1, False)])
+def test_delete_many_reports_keys_delete_objects_kept(s3_root: str, code: str, times: int,
+                                                      deleted: bool) -> None:
+    """s3fs's ``rm`` ignores DeleteObjects' per-key ``Errors``: a cleanup that lists what
+    it deletes then spun on objects that never went away. Retryable codes are retried,
+    NoSuchKey is a delete, anything else is an error naming the key."""
+    real = Storage.for_url(s3_root)
+    assert isinstance(real, S3Storage)
+    for name in ("a", "b", "c"):
+        real.put(f"x/{name}", b"1")
+    fs = RefusingDeletes(real.fs, "x/b", code, times)
+    st = S3Storage(real.bucket, real.prefix, {}, RetryPolicy(4, 0.001, 0.002), fs=fs)
+    if code == "AccessDenied":
+        with pytest.raises(StorageError, match="x/b: AccessDenied"):
+            st.delete_many(["x/a", "x/b", "x/c"])
+        assert fs.calls == 1  # not retried
+    else:
+        st.delete_many(["x/a", "x/b", "x/c", "x/a"])
+        assert fs.calls == (times + 1 if deleted else 1)
+    assert [o.name for o in st.list("x")] == ([] if deleted else ["b"])
 
 
 def test_412_shapes_s3fs_produces() -> None:

@@ -289,9 +289,13 @@ class S3Storage(Storage):
     def list(self, directory: str, start_after: str | None = None,
              limit: int | None = None) -> list[ObjectInfo]:
         if start_after is None and limit is None:
+            # SeaweedFS lists an emptied directory's own key ("dir/", size 0) under itself,
+            # which s3fs names as a file "dir": not an object in it
+            own = self._dir_key(directory).rstrip("/")
             out = [ObjectInfo(e["name"].rstrip("/").rsplit("/", 1)[-1],
                               int(e.get("size") or 0))
-                   for e in self._ls(directory) if e.get("type") == "file"]
+                   for e in self._ls(directory)
+                   if e.get("type") == "file" and e["name"].rstrip("/") != own]
             out.sort()
             return out
         return self._list_from(directory, start_after, limit)
@@ -344,12 +348,30 @@ class S3Storage(Storage):
     def delete_many(self, paths: list[str]) -> None:
         """DeleteObjects, up to 1,000 keys per request (one DELETE each costs a round trip
         and ~2 ms of s3fs CPU: pruning hundreds of log objects one by one was slow)."""
-        for i in range(0, len(paths), 1000):
-            chunk = paths[i:i + 1000]
-            keys = [self._key(p) for p in chunk]
+        unique = list(dict.fromkeys(paths))
+        for i in range(0, len(unique), 1000):
+            chunk = unique[i:i + 1000]
             self._retrying("bulk DELETE", chunk[0],
-                           lambda keys=keys, first=chunk[0]: self._call(
-                               "bulk DELETE", first, lambda: self.fs.rm(keys)))
+                           lambda chunk=chunk: self._call(
+                               "bulk DELETE", chunk[0], lambda: self._delete_objects(chunk)))
+
+    def _delete_objects(self, chunk: list[str]) -> None:
+        """One DeleteObjects. It answers 200 even when keys were not deleted, listing those
+        under ``Errors`` (s3fs's ``rm`` drops them): a key that stayed is an error here,
+        transient for the codes worth a retry, so a cleanup that lists what it deletes
+        does not spin on objects that never go away."""
+        keys = [self._key(p).split("/", 1)[1] for p in chunk]
+        resp = self.fs.call_s3("delete_objects", Bucket=self.bucket, Delete={
+            "Objects": [{"Key": k} for k in keys], "Quiet": True})
+        errors = [e for e in resp.get("Errors") or () if e.get("Code") != "NoSuchKey"]
+        if not errors:
+            return
+        first = errors[0]
+        msg = (f"bulk DELETE under {self.url}: {len(errors)} of {len(keys)} objects not "
+               f"deleted, e.g. {first.get('Key')}: {first.get('Code')} {first.get('Message')}")
+        if any(e.get("Code") in _RETRY_CODES for e in errors):
+            raise TransientStorageError(msg)
+        raise StorageError(msg)
 
 
 def _reraise(exc: BaseException) -> Callable[[], Any]:
