@@ -15,8 +15,9 @@ makes them, from ``--writers`` sinks at once (4: the history builds 4x faster) �
 - planning one Spark micro-batch on the driver (``TxnlogStreamReader.latestOffset`` +
   ``partitions`` from the previous end, as Spark calls them): time, median of 5;
 - commit latency (p50, p99) of the last 200 commits before the point;
-- write amplification: bytes the merger wrote (runs + segments + indexes, from the
-  coordinator's objects) per byte of small data objects.
+- write amplification: bytes written per byte of the partition's log — once as small
+  objects, plus what merges wrote (runs, segments and their indexes: the coordinator's
+  ``txnlog_coordinator_merge_bytes`` counter).
 
 Each point's ratios are printed against the 250-commit point of the same run (the baseline,
 measured in the same process minutes earlier, under the same load — printed with every
@@ -103,7 +104,24 @@ def _objects(storage: Any) -> dict[str, int]:
     live += sum(1 for o in storage.list(part, f"{merged_end:020d}" if merged_end else None))
     out["live"] = live
     out["in_grace"] = out["total"] - live
+    # the partition's log in bytes, once: the merged objects readers use and the tail
+    logical = sum(o.size for o in man.objects) if man is not None else 0
+    logical += sum(o.size for o in storage.list(part, f"{merged_end:020d}" if merged_end
+                                                else None)
+                   if o.name.endswith(".log"))
+    out["log_bytes"] = logical
     return out
+
+
+def _merge_bytes(endpoint: str) -> float:
+    """What the coordinator's merges wrote so far (its /metrics counter)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{endpoint}/metrics", timeout=30) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("txnlog_coordinator_merge_bytes_total "):
+                return float(line.split()[1])
+    return 0.0
 
 
 def _fresh_read(root: str) -> tuple[float, dict[str, int], int]:
@@ -168,7 +186,9 @@ def run(root: str, points: list[int], merge: bool, label: str, writers: int
     from coordinator_proc import CoordinatorProc
     from txnlog.coordinator.producer import TransactionalProducer
     from txnlog.log_format.layout import TopicPartition
+    from txnlog.log_format.warmup import warm_up
 
+    warm_up()  # compile the codec kernels first: not a commit's latency
     log_path = Path(tempfile.mkdtemp(prefix="growth-log-")) / "coordinator.log"
     proc = CoordinatorProc(root, log_path=log_path,
                            extra=[] if merge else ["--no-merge"])
@@ -225,6 +245,7 @@ def run(root: str, points: list[int], merge: bool, label: str, writers: int
             from txnlog.log_format.storage import Storage
             objs = _objects(Storage.for_url(root))
             recent = latencies[-200:]
+            merged_written = _merge_bytes(proc.endpoint) if merge else 0.0
             rows.append({
                 "backend": "s3" if root.startswith("s3://") else "file", "merge": merge,
                 "commits": point, "objects": objs["total"], "small_objects": objs["small"],
@@ -236,7 +257,9 @@ def run(root: str, points: list[int], merge: bool, label: str, writers: int
                 "commit_p50_ms": 1000 * _pct(recent, 0.5),
                 "commit_p99_ms": 1000 * _pct(recent, 0.99),
                 "merged_bytes": objs["merged_bytes"],
-                "small_bytes": objs["small_bytes"],
+                "small_bytes": objs["small_bytes"], "log_bytes": objs["log_bytes"],
+                "write_amplification": (objs["log_bytes"] + merged_written)
+                / max(1, objs["log_bytes"]),
                 "load": os.getloadavg()[0],
             })
             print(_line(rows[-1], rows[0]), flush=True)
@@ -258,7 +281,8 @@ def _line(r: dict[str, Any], base: dict[str, Any]) -> str:
             f"{1000 * r['plan_s']:6.1f} ms x{r['plan_s'] / base['plan_s']:.2f}, "
             f"{sum(r['plan_requests'].values())} requests | commit p50 "
             f"{r['commit_p50_ms']:.1f} ms x{r['commit_p50_ms'] / base['commit_p50_ms']:.2f} "
-            f"p99 {r['commit_p99_ms']:.1f} ms | load {r['load']:.1f}")
+            f"p99 {r['commit_p99_ms']:.1f} ms | write amplification "
+            f"{r['write_amplification']:.1f} | load {r['load']:.1f}")
 
 
 def main() -> int:

@@ -354,7 +354,7 @@ class LogMerger:
         await self.commits.commit([LogRecord("merged", {
             "id": partition_key(topic, p), "seq": plan.seq, "ms": now_ms()})])
         self.merges_done += 1
-        self.observer.object_written("segment" if out.level == 0 else "run")
+        self.observer.merge_written(out.level, sum(len(data) for _, data in files))
         self.observer.object_written("manifest")
 
     async def _put_all(self, files: list[tuple[str, bytes]]) -> None:

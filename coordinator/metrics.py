@@ -42,6 +42,10 @@ class Metrics:
         self.objects_written = Counter(
             "txnlog_coordinator_objects_written",
             "objects written outside the coordinator's log, by kind", ["kind"], registry=r)
+        self.merge_bytes = Counter(
+            "txnlog_coordinator_merge_bytes",
+            "bytes of runs and segments (logs and indexes) merges wrote: with the partitions' "
+            "bytes, the write amplification of merging", registry=r)
         log_records = Gauge("txnlog_coordinator_log_records_written",
                             "records in the __transaction_state objects written by this process",
                             registry=r)

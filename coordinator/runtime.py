@@ -94,6 +94,11 @@ class Observer:
         """Objects outside the coordinator's log: marker, fence, txnindex, stable."""
         self._inc("objects_written", kind, amount=n)
 
+    def merge_written(self, level: int, nbytes: int) -> None:
+        """A merge wrote ``nbytes`` of segment/run (log and indexes) at ``level``."""
+        self._inc("objects_written", "segment" if level == 0 else "run")
+        self._inc("merge_bytes", amount=nbytes)
+
     def transaction_ended(self, outcome: str) -> None:
         self._inc("transactions", outcome)
 
