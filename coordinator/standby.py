@@ -11,8 +11,11 @@ was only cut off from the standby), the old one is fenced at its next log write,
 refreshing the registration as soon as it sees a newer epoch there (``server.py``); clients
 re-resolve from ``_coordinator.json`` (``client.py``).
 
-A registration that is missing, or names this standby itself, means nobody serves: take
-over at once.
+A registration that names this standby itself means nobody serves: take over at once; a
+missing one gets the same patience as a silent coordinator (one may be starting: it
+registers only after recovery). A standby that still loses the race for the log is fenced
+at start-up and exits with status 3 like any fenced coordinator; its supervisor restarts it
+as a standby.
 """
 
 from __future__ import annotations
@@ -61,9 +64,18 @@ async def wait_for_takeover(storage: Storage, own_endpoint: str, heartbeat_ms: i
         raw = await asyncio.to_thread(read_registration, storage)
         now = time.monotonic()
         if raw is None:
-            log.warning("standby: no coordinator is registered for %s; taking over",
-                        storage.url)
-            return True
+            # A coordinator may be starting (it registers after recovery): give it the
+            # same patience as a silent one.
+            if watch.failing_since is None:
+                watch.failing_since = now
+                log.warning("standby: no coordinator is registered for %s", storage.url)
+            if now - watch.failing_since >= grace_s:
+                log.warning("standby: still no coordinator registered for %s after %.1f s; "
+                            "taking over", storage.url, now - watch.failing_since)
+                return True
+            watch.registration = None
+            await _pause(stopping, poll_s)
+            continue
         if raw != watch.registration:
             watch.registration, watch.changed_at = raw, now
         try:
@@ -85,6 +97,10 @@ async def wait_for_takeover(storage: Storage, own_endpoint: str, heartbeat_ms: i
             log.warning("standby: %s silent for %.1f s and its registration not refreshed; "
                         "taking over %s", endpoint, now - watch.failing_since, storage.url)
             return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), poll_s)
+        await _pause(stopping, poll_s)
     return False
+
+
+async def _pause(stopping: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stopping.wait(), seconds)
