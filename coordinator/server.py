@@ -228,8 +228,9 @@ class CoordinatorServer:
         scheme = "https" if self.ssl_context else "http"
         self.endpoint = (self.args.advertised_url or f"{scheme}://{host}:{port}").rstrip("/")
         loop = self._loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+        if threading.current_thread() is threading.main_thread():  # not when embedded
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
         log.info("coordinator for %s listening on %s:%d as %s (token %s, TLS %s); loading",
                  self.storage.url, self.args.host, port, self.endpoint,
                  "required" if self.tokens.token else "off",

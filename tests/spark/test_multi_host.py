@@ -63,10 +63,24 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def executor_pids(within: list[int] | None = None) -> list[int]:
-    pids = within if within is not None else [int(p) for p in os.listdir("/proc")
-                                              if p.isdigit()]
-    return [p for p in pids if EXECUTOR_CLASS in cmdline(p)]
+def parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = parent_of(pid)
+    return False
+
+
+def executor_pids(within: list[int]) -> list[int]:
+    return [p for p in within if EXECUTOR_CLASS in cmdline(p)]
 
 
 class Cluster:
@@ -144,11 +158,16 @@ def wait_markers(work: Path, phase: str, n: int, driver: subprocess.Popen,
         time.sleep(0.2)
 
 
-def kill_executor(hosts: Hosts | None, host: str) -> list[int]:
-    """SIGKILL the executor JVM(s) running in ``host`` (one of the local-cluster's)."""
+def kill_executor(hosts: Hosts | None, host: str, driver: subprocess.Popen) -> list[int]:
+    """SIGKILL the executor JVM(s) running in ``host`` (without namespaces: one of the
+    local-cluster's, which are the driver's descendants — never anyone else's)."""
     deadline = time.monotonic() + 60
     while True:
-        pids = executor_pids(hosts.pids_in(host)) if hosts else executor_pids()[:1]
+        if hosts is not None:
+            pids = executor_pids(hosts.pids_in(host))
+        else:
+            mine = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+            pids = [p for p in executor_pids(mine) if descends_from(p, driver.pid)][:1]
         if pids:
             break
         assert time.monotonic() < deadline, f"no executor in {host}"
@@ -218,10 +237,10 @@ def test_cluster_of_hosts_exactly_once_and_the_epoch_never_moves(
                                env={"TXNLOG_COORDINATOR_TOKEN": TOKEN})
         wait_markers(work, "batch", 2, driver)
         time.sleep(1.5)  # the tasks have written some batches (flushBytes=1)
-        killed_batch = kill_executor(hosts, "w1")
+        killed_batch = kill_executor(hosts, "w1", driver)
         wait_markers(work, "stream", 2, driver)
         time.sleep(1.5)
-        killed_stream = kill_executor(hosts, "w2")
+        killed_stream = kill_executor(hosts, "w2", driver)
         assert driver.wait(900) == 0, cluster.log("driver")[-6000:]
         out = cluster.log("driver")
         assert f"OK resolved {endpoint}" in out
