@@ -96,7 +96,7 @@ TOPIC = Str(max_bytes=MAX_TOPIC_CHARS * 4)  # the name rules (chars, length) are
 PARTITION = Int(0, INT32[1])
 PRODUCER_ID = Int(-1, INT64[1])
 EPOCH = Int(-1, INT16[1])
-TIMEOUT_MS = Int(1, INT32[1])
+TIMEOUT_MS = Int(*INT32)  # its range is the coordinator's: InvalidTransactionTimeout, as Kafka
 OFFSET = Int(0, INT64[1])
 BATCH_ID = Int(0, INT64[1])
 
