@@ -139,7 +139,8 @@ def hosts() -> Iterator[Hosts | None]:
         print(f"network namespaces unavailable ({why}): running local-cluster instead")
         yield None
         return
-    made = Hosts(f"tx{os.getpid() % 1000}", 100 + os.getpid() % 150).create(["w1", "w2", "c"])
+    # 169.254.100-159.x: never 169.254.169.x, where clouds serve instance metadata
+    made = Hosts(f"tx{os.getpid() % 1000}", 100 + os.getpid() % 60).create(["w1", "w2", "c"])
     try:
         yield made
     finally:
