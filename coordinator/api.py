@@ -4,7 +4,8 @@ Every operation is ``POST /v1/<operation>`` with a JSON object; a handler turns 
 fields into typed arguments (``int(...)``, partition lists) and calls the
 ``TransactionCoordinator``, and the answer is the handler's JSON. Errors come back as
 ``{"error": <Kafka error name>, "code": <Kafka code>, "message": ...}`` (docs/coordinator.md):
-a malformed field is InvalidRequest, an unknown operation too. ``GET /healthz`` answers 200
+every field is typed and bounded first (``request_limits``): a malformed field is
+InvalidRequest naming it, an unknown operation too. ``GET /healthz`` answers 200
 only while the process serves (503 while loading, stopping or fenced) and ``GET /metrics``
 is Prometheus' text format.
 
@@ -35,6 +36,7 @@ from .errors import (
 )
 from .http_server import Reply
 from .metrics import Metrics
+from .request_limits import check_request, parse_body
 from .transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("txnlog.coordinator.api")
@@ -45,12 +47,14 @@ class ServingState:
     """Whether the process answers operations, as its lifecycle moves on.
 
     ``ready``: recovery is done (until then CoordinatorLoadInProgress, which clients retry);
+    ``standby``: waiting to take over (``standby.py``; answers as loading);
     ``stopping``/``fatal``: NotCoordinator (``fatal``: why this process stopped serving, e.g.
     fenced by a successor). ``last_request``: monotonic time of the last operation, for the
     idle exit.
     """
 
     ready: bool = False
+    standby: bool = False
     stopping: bool = False
     fatal: BaseException | None = None
     last_request: float = field(default_factory=time.monotonic)
@@ -83,7 +87,8 @@ class CoordinatorApi:
         if st.ready and not st.stopping:
             return 200, _json({"status": "ok", "epoch": self.coordinator.coordinator_epoch,
                                "pid": os.getpid()})
-        status = "fenced" if st.fatal else ("stopping" if st.stopping else "loading")
+        status = "fenced" if st.fatal else ("stopping" if st.stopping else
+                                            "standby" if st.standby else "loading")
         return 503, _json({"status": status})
 
     async def dispatch(self, op: str, raw: bytes) -> Reply:
@@ -100,12 +105,8 @@ class CoordinatorApi:
                     f"this coordinator is not serving ({st.fatal or 'stopping'})")
             if not st.ready:
                 raise CoordinatorLoadInProgressError("the coordinator is loading its log")
-            try:
-                body = json.loads(raw)
-            except ValueError as exc:
-                raise InvalidRequestError(f"request body is not JSON: {exc}") from None
-            if not isinstance(body, dict):
-                raise InvalidRequestError("request body must be a JSON object")
+            # Typed and bounded before any handler sees it (request_limits: why).
+            body = check_request(op, parse_body(op, raw))
             try:
                 result = await handler(self.coordinator, body)
             except (KeyError, TypeError, ValueError) as exc:

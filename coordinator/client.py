@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -38,9 +39,13 @@ from .errors import (
     UnknownServerError,
     error_from_json,
 )
+from .security import CA_ENV, Credentials, client_ssl_context
 
 RETRIABLE = (CoordinatorLoadInProgressError, ConcurrentTransactionsError, KafkaStorageError)
 CONNECT_TIMEOUT = 5.0
+# How long a call keeps retrying an unreachable coordinator (a restart, a failover to a
+# standby) before it fails with CoordinatorUnavailableError.
+DEFAULT_RETRY_S = 30.0
 _HEADERS = {"Content-Type": "application/json"}
 
 
@@ -49,19 +54,24 @@ class _Conn:
 
     ``http.client`` directly rather than urllib3 on top of it: a pooled connection per call
     costs ~60 us of a writer's CPU instead of ~150 us, and writers share the cores with the
-    coordinator in the bench and on Spark executors.
+    coordinator in the bench and on Spark executors. ``https`` endpoints verify the
+    coordinator's certificate (``security.client_ssl_context``).
     """
 
-    def __init__(self, host: str, port: int) -> None:
-        self.http = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
+    def __init__(self, scheme: str, host: str, port: int, ca_file: str | None) -> None:
+        if scheme == "https":
+            self.http: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=CONNECT_TIMEOUT, context=client_ssl_context(ca_file))
+        else:
+            self.http = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
         self.http.connect()
         self.http.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def request(self, method: str, path: str, body: bytes, timeout: float
-                ) -> tuple[int, bytes, bool]:
+    def request(self, method: str, path: str, body: bytes, timeout: float,
+                headers: Mapping[str, str]) -> tuple[int, bytes, bool]:
         """(status, body, keep_alive) of one request."""
         self.http.sock.settimeout(timeout)
-        self.http.request(method, path, body, _HEADERS)
+        self.http.request(method, path, body, dict(headers))
         response = self.http.getresponse()
         data = response.read()
         return response.status, data, not response.will_close
@@ -70,29 +80,30 @@ class _Conn:
         self.http.close()
 
 
-_idle: dict[tuple[int, str], list[_Conn]] = {}
+_PoolKey = tuple[int, str, str | None]
+_idle: dict[_PoolKey, list[_Conn]] = {}
 _idle_lock = threading.Lock()
 
 
-def _address(endpoint: str) -> tuple[str, int]:
+def _address(endpoint: str) -> tuple[str, str, int]:
     u = urlparse(endpoint)
-    if u.scheme != "http" or not u.hostname:
-        raise ValueError(f"coordinator endpoint must be http://host:port, got {endpoint!r}")
-    return u.hostname, u.port or 80
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"coordinator endpoint must be http(s)://host:port, got {endpoint!r}")
+    return u.scheme, u.hostname, u.port or (443 if u.scheme == "https" else 80)
 
 
-def _take(endpoint: str) -> tuple[_Conn, bool]:
+def _take(endpoint: str, ca_file: str | None) -> tuple[_Conn, bool]:
     """An idle keep-alive connection of this process (reused=True) or a new one."""
-    key = (os.getpid(), endpoint)
+    key = (os.getpid(), endpoint, ca_file)
     with _idle_lock:
         conns = _idle.get(key)
         if conns:
             return conns.pop(), True
-    return _Conn(*_address(endpoint)), False
+    return _Conn(*_address(endpoint), ca_file), False
 
 
-def _give(endpoint: str, conn: _Conn) -> None:
-    key = (os.getpid(), endpoint)
+def _give(endpoint: str, ca_file: str | None, conn: _Conn) -> None:
+    key = (os.getpid(), endpoint, ca_file)
     with _idle_lock:
         conns = _idle.setdefault(key, [])
         if len(conns) < 64:
@@ -101,22 +112,31 @@ def _give(endpoint: str, conn: _Conn) -> None:
     conn.close()
 
 
-def _http(endpoint: str, method: str, path: str, body: bytes, timeout: float
+def _http(endpoint: str, method: str, path: str, body: bytes, timeout: float,
+          headers: Mapping[str, str] = _HEADERS, ca_file: str | None = None
           ) -> tuple[int, bytes]:
     """One request on a pooled connection; a reused one that turns out closed by the
     server (idle keep-alive) is retried once on a new connection (every call is safe to
     repeat). Raises OSError when the coordinator cannot be reached."""
     for _ in range(2):
-        conn, reused = _take(endpoint)
         try:
-            status, data, keep = conn.request(method, path, body, timeout)
+            conn, reused = _take(endpoint, ca_file)
+        except ssl.SSLCertVerificationError:
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        try:
+            status, data, keep = conn.request(method, path, body, timeout, headers)
+        except ssl.SSLCertVerificationError:
+            conn.close()
+            raise
         except (OSError, ValueError, http.client.HTTPException) as exc:
             conn.close()
             if reused and not isinstance(exc, TimeoutError):
                 continue
             raise OSError(str(exc) or type(exc).__name__) from exc
         if keep:
-            _give(endpoint, conn)
+            _give(endpoint, ca_file, conn)
         else:
             conn.close()
         return status, data
@@ -127,31 +147,82 @@ class CoordinatorUnavailableError(NotCoordinatorError):
     """The coordinator did not answer (connection refused / timed out) after retries."""
 
 
-class CoordinatorClient:
-    """Talks to one coordinator endpoint (``http://127.0.0.1:port``)."""
+def unreachable_hint(endpoint: str) -> str:
+    """What to do about an unreachable coordinator, for the error a user reads."""
+    host = urlparse(endpoint).hostname or ""
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    hint = ("Processes other than the driver (Spark tasks) never start a coordinator. "
+            "Check that the coordinator runs and that this host can reach it; on a cluster, "
+            "run `txnlog coordinator --root ROOT --host 0.0.0.0 --advertised-url URL "
+            "--token-file FILE` on a host every executor can reach and pass "
+            "option('coordinator', URL) (docs/deployment.md)")
+    if loopback:
+        hint = (f"{endpoint} is a loopback address: an embedded coordinator serves only the "
+                f"host that started it ({socket.gethostname()} cannot use another host's). "
+                + hint)
+    return hint
 
-    def __init__(self, endpoint: str, timeout: float = 60.0, retry_for: float = 30.0) -> None:
+
+class CoordinatorClient:
+    """Talks to one coordinator endpoint (``http(s)://host:port``).
+
+    ``credentials``: bearer token and CA file (default: from the environment, see
+    ``security``). ``root``: when given, a connection failure re-reads the root's
+    ``_coordinator.json`` and follows a new registration (a standby took over, a restart on
+    another port) before retrying — read only: a client never starts a coordinator.
+    """
+
+    def __init__(self, endpoint: str, timeout: float = 60.0, retry_for: float | None = None, *,
+                 credentials: Credentials | None = None, root: str | None = None,
+                 storage_options: Mapping[str, Any] | None = None,
+                 ca_file: str | None = None) -> None:
         self.endpoint = endpoint.rstrip("/")
         self.timeout = timeout
-        self.retry_for = retry_for
+        self.retry_for = DEFAULT_RETRY_S if retry_for is None else retry_for
+        self.credentials = credentials or Credentials.resolve(None, ca_file)
+        self.root = root
+        self.storage_options = dict(storage_options or {})
+        self._headers = dict(_HEADERS)
+        if self.credentials.token:
+            self._headers["Authorization"] = f"Bearer {self.credentials.token}"
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # never the token
         return f"CoordinatorClient({self.endpoint!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_headers"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._headers = dict(_HEADERS)
+        if self.credentials.token:
+            self._headers["Authorization"] = f"Bearer {self.credentials.token}"
 
     # ------------------------------------------------------------------ transport
     def call(self, op: str, body: Mapping[str, Any]) -> Any:
         """POST /v1/<op>; returns the JSON answer or raises the named Kafka error.
 
         Connection failures and the RETRIABLE Kafka errors are retried with the project's
-        backoff (``log_format.retry``) for up to ``retry_for`` seconds; then an unreachable
-        coordinator is CoordinatorUnavailableError and a retriable error is raised as it
-        came. Every other error is raised at once.
+        backoff (``log_format.retry``) for up to ``retry_for`` seconds (a connection failure
+        first re-resolves the endpoint from the root, when the client has one); then an
+        unreachable coordinator is CoordinatorUnavailableError naming the endpoint and the
+        fix, and a retriable error is raised as it came. Every other error is raised at once.
         """
         payload = json.dumps(body, separators=(",", ":")).encode()
         path = f"/v1/{op}"
 
         def attempt() -> Any:
-            status, data = _http(self.endpoint, "POST", path, payload, self.timeout)
+            try:
+                status, data = _http(self.endpoint, "POST", path, payload, self.timeout,
+                                     self._headers, self.credentials.ca_file)
+            except ssl.SSLCertVerificationError as exc:  # retrying cannot help
+                raise CoordinatorUnavailableError(
+                    f"coordinator {self.endpoint}: its TLS certificate was not verified "
+                    f"({exc.verify_message}); give the CA that signed it as the "
+                    f"coordinator.tls.ca option or {CA_ENV}") from exc
+            except OSError:
+                self.reresolve()
+                raise
             try:
                 answer = json.loads(data) if data else {}
             except ValueError:
@@ -167,8 +238,29 @@ class CoordinatorClient:
             last = gave_up.last
             if isinstance(last, OSError):
                 raise CoordinatorUnavailableError(
-                    f"coordinator {self.endpoint} unreachable for {op}: {last}") from last
+                    f"coordinator {self.endpoint} unreachable for {op} (tried for "
+                    f"{self.retry_for:.0f} s): {last}. {unreachable_hint(self.endpoint)}"
+                ) from last
             raise last from None
+
+    def reresolve(self) -> bool:
+        """Follow the root's registration if it names another endpoint now (True then).
+        Never starts anything; any failure to read it leaves the endpoint as it was."""
+        if self.root is None:
+            return False
+        try:
+            from txnlog.log_format import layout
+            from txnlog.log_format.storage import Storage
+
+            storage = Storage.for_url(self.root, self.storage_options)
+            info = json.loads(storage.get(layout.COORDINATOR_FILE))
+        except Exception:
+            return False
+        endpoint = info.get("endpoint") if isinstance(info, dict) else None
+        if isinstance(endpoint, str) and endpoint.rstrip("/") != self.endpoint:
+            self.endpoint = endpoint.rstrip("/")
+            return True
+        return False
 
     def _retry_policy(self) -> RetryPolicy:
         """Until ``retry_for`` seconds have passed, waiting 50 ms doubling to 1 s (jittered:
@@ -179,8 +271,9 @@ class CoordinatorClient:
     def healthy(self, timeout: float = 2.0) -> bool:
         """True when /healthz answers 200 (recovered and serving)."""
         try:
-            status, _ = _http(self.endpoint, "GET", "/healthz", b"", timeout)
-        except OSError:
+            status, _ = _http(self.endpoint, "GET", "/healthz", b"", timeout, _HEADERS,
+                              self.credentials.ca_file)
+        except (OSError, ValueError):
             return False
         return status == 200
 

@@ -65,6 +65,19 @@ class InvalidRequestError(CoordinatorError):
     name, code = "InvalidRequest", 42
 
 
+class InvalidConfigError(CoordinatorError):
+    """A topic config Kafka does not know, or a value it would refuse (INVALID_CONFIG)."""
+
+    name, code = "InvalidConfig", 40
+
+
+class AuthenticationFailedError(CoordinatorError):
+    """The request carried no bearer token or the wrong one (Kafka's
+    SASL_AUTHENTICATION_FAILED; HTTP 401). Never retried: the token will not change."""
+
+    name, code, http_status = "AuthenticationFailed", 58, 401
+
+
 class OutOfOrderSequenceError(CoordinatorError):
     name, code = "OutOfOrderSequence", 45
 
@@ -107,7 +120,8 @@ ERRORS: dict[str, type[CoordinatorError]] = {
     cls.name: cls for cls in (
         UnknownServerError, UnknownTopicOrPartitionError, CoordinatorLoadInProgressError,
         NotCoordinatorError, InvalidTopicError, TopicAlreadyExistsError,
-        InvalidPartitionsError, InvalidRequestError, OutOfOrderSequenceError,
+        InvalidPartitionsError, InvalidRequestError, InvalidConfigError,
+        AuthenticationFailedError, OutOfOrderSequenceError,
         DuplicateSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
         InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
         ConcurrentTransactionsError, KafkaStorageError, ProducerFencedError)

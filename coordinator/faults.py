@@ -1,7 +1,9 @@
 """Crash points for tests: the process SIGKILLs itself where ``TXNLOG_FAULTS`` says.
 
 ``TXNLOG_FAULTS`` is a comma-separated list of ``point`` or ``point:N`` (die at the N-th time
-the point is reached, default 1), e.g. ``after_prepare`` or ``after_marker:2``. Unset (the
+the point is reached, default 1), e.g. ``after_prepare`` or ``after_marker:2``;
+``point:N:hang`` blocks the thread there for an hour instead (a wedged process, for the tests
+that SIGTERM must still end). Unset (the
 production default) every check is a dictionary lookup on an empty dict.
 
 Points: before_prepare, after_prepare, after_marker, after_complete_before_reply,
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 POINTS = frozenset({"before_prepare", "after_prepare", "after_marker",
                     "after_complete_before_reply", "mid_snapshot", "after_reserve",
@@ -27,7 +30,10 @@ log = logging.getLogger("txnlog.coordinator.faults")
 def _parse(spec: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
-        name, _, count = item.partition(":")
+        name, _, rest = item.partition(":")
+        count, _, action = rest.partition(":")
+        if action == "hang":
+            _hang.add(name)
         if name not in POINTS:
             raise ValueError(f"unknown fault point {name!r} in TXNLOG_FAULTS; "
                              f"known: {sorted(POINTS)}")
@@ -35,6 +41,7 @@ def _parse(spec: str) -> dict[str, int]:
     return out
 
 
+_hang: set[str] = set()
 _armed: dict[str, int] = _parse(os.environ.get("TXNLOG_FAULTS", ""))
 _hits: dict[str, int] = {}
 
@@ -54,7 +61,10 @@ def point(name: str) -> None:
     if target is None:
         return
     _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] >= target:
+    if _hits[name] >= target and name in _hang:
+        log.warning("fault point %s reached (hit %d): hanging", name, _hits[name])
+        time.sleep(3600)
+    elif _hits[name] >= target:
         log.warning("fault point %s reached (hit %d): SIGKILL", name, _hits[name])
         for handler in logging.getLogger().handlers:
             handler.flush()

@@ -11,37 +11,79 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+
+from .request_limits import MAX_BODY_BYTES
+from .security import TokenCheck
 
 log = logging.getLogger("txnlog.coordinator.http")
 
 Reply = tuple[int, bytes] | tuple[int, bytes, bytes]
 Route = Callable[[str, str, bytes], Awaitable[Reply]]
 
-MAX_BODY = 64 << 20
 _JSON = "application/json"
 _FAILED = (500, b'{"error": "UnknownServerError", "code": -1}')
+_UNAUTHORIZED = (b'{"error":"AuthenticationFailed","code":58,'
+                 b'"message":"a valid bearer token is required (Authorization: Bearer ...)"}')
 
 
 class HttpServer:
-    """Serves ``route(method, path, body) -> (status, body[, content type])``."""
+    """Serves ``route(method, path, body) -> (status, body[, content type])``.
 
-    def __init__(self, route: Route) -> None:
+    Before a body is read: the bearer token is checked (``security.TokenCheck``; a refusal
+    is 401, logged with the path and peer, never the token) and the body's size is bounded
+    (``max_body`` bytes, else 413): an unauthenticated or huge request costs nothing.
+    """
+
+    def __init__(self, route: Route, *, tokens: TokenCheck | None = None,
+                 max_body: int = MAX_BODY_BYTES, ssl_context: ssl.SSLContext | None = None,
+                 on_refused: Callable[[], None] | None = None) -> None:
         self.route = route
+        self.tokens = tokens or TokenCheck()
+        self.max_body = max_body
+        self.ssl_context = ssl_context
+        self.on_refused = on_refused
         self._handler: web.Server | None = None
         self._server: asyncio.Server | None = None
 
+    def _too_large(self) -> web.Response:
+        return web.Response(status=413, content_type=_JSON, body=json.dumps({
+            "error": "InvalidRequest", "code": 42,
+            "message": f"request body larger than {self.max_body} bytes"}).encode())
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes | None:
+        """The body, or None once it passes ``max_body`` (chunked bodies too)."""
+        if request.content_length is not None and request.content_length > self.max_body:
+            return None
+        chunks, size = [], 0
+        while True:
+            chunk = await request.content.read(1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            return web.Response(status=413, body=b'{"error": "request body too large"}',
-                                content_type=_JSON)
-        body = await request.content.read()  # bounded above (BaseRequest.read caps at 1 MiB)
-        if len(body) > MAX_BODY:
-            return web.Response(status=413, body=b'{"error": "request body too large"}',
-                                content_type=_JSON)
+        why = self.tokens.refusal(request.path, request.headers.get("Authorization"))
+        if why is not None:
+            log.warning("refused %s %s from %s: %s", request.method, request.path,
+                        request.remote, why)
+            if self.on_refused is not None:
+                self.on_refused()
+            return web.Response(status=401, body=_UNAUTHORIZED, content_type=_JSON,
+                                headers={"WWW-Authenticate": 'Bearer realm="txnlog"'})
+        body = await self._read_body(request)
+        if body is None:
+            log.warning("refused %s %s from %s: body larger than %d bytes", request.method,
+                        request.path, request.remote, self.max_body)
+            return self._too_large()
         try:
             reply = await self.route(request.method, request.path, body)
         except Exception:
@@ -54,7 +96,8 @@ class HttpServer:
         """Bind and listen; returns the port (``port=0`` picks a free one)."""
         self._handler = web.Server(self._handle, access_log=None)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._handler, host, port, reuse_address=True)
+        self._server = await loop.create_server(self._handler, host, port, reuse_address=True,
+                                                ssl=self.ssl_context)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def close(self, timeout: float = 30.0) -> None:

@@ -39,6 +39,9 @@ class Metrics:
             "txnlog_coordinator_commit_storage_calls",
             "storage calls on an EndTxn's critical path", buckets=(2, 4, 8, 16, 32, 64, 128),
             registry=r)
+        self.refused = Counter("txnlog_coordinator_requests_unauthenticated",
+                               "requests refused with 401 (no or wrong bearer token)",
+                               registry=r)
         self.objects_written = Counter(
             "txnlog_coordinator_objects_written",
             "objects written outside the coordinator's log, by kind", ["kind"], registry=r)

@@ -84,7 +84,8 @@ class _Producer:
         if coordinator is None:
             from .embedded import coordinator_for_root
             coordinator = coordinator_for_root(root, self.storage_options)
-        self._writer = SegmentWriter(CoordinatorClient(coordinator), self.storage, -1, -1, _io)
+        client = CoordinatorClient(coordinator, root=root, storage_options=self.storage_options)
+        self._writer = SegmentWriter(client, self.storage, -1, -1, _io)
         self._partitions = PartitionCounts(self.storage)
         self._partitioner = Partitioner(self._partitions)
         self.compression = compression

@@ -20,23 +20,33 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 
 from .api import CoordinatorApi, ServingState
+from .client import CoordinatorClient
 from .errors import CoordinatorError, NotCoordinatorError
 from .http_server import HttpServer
 from .merge_policy import MergeSettings
 from .metrics import Metrics
+from .request_limits import MAX_BODY_BYTES
+from .security import TokenCheck, TokenFileError, client_ca, read_token_file, server_ssl_context
+from .standby import wait_for_takeover
 from .transaction_coordinator import ONE_SHOT_ID_RETENTION_MS, TransactionCoordinator
-from .txn_log import Recovered, TxnLog, recover
+from .txn_log import FencedError, Recovered, TxnLog, recover
 
 log = logging.getLogger("txnlog.coordinator.server")
 EXIT_FENCED = 3
 EXIT_FATAL = 4
+# A process that stops serving (fenced, a failed log write or background loop) is gone
+# within this many seconds, whatever is still in flight.
+FATAL_EXIT_BOUND_S = 5.0
 
 
 class JsonFormatter(logging.Formatter):
@@ -112,6 +122,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often partitions are looked at for merging (default 1)")
     parser.add_argument("--no-register", action="store_true",
                         help="do not write _coordinator.json")
+    parser.add_argument("--advertised-url", default=None, metavar="URL",
+                        help="the URL clients must use, registered in _coordinator.json "
+                             "(e.g. https://coord.internal:9092 behind --host 0.0.0.0); "
+                             "default: http(s)://<host>:<port>")
+    parser.add_argument("--token-file", default=None,
+                        help="file holding the shared bearer token every operation must "
+                             "carry (chmod 600); clients send TXNLOG_COORDINATOR_TOKEN or "
+                             "the coordinator.token option")
+    parser.add_argument("--protect-metrics", action="store_true",
+                        help="/metrics needs the token too (/healthz is always open)")
+    parser.add_argument("--tls-cert", default=None, help="serve TLS with this certificate "
+                        "(PEM, chain included)")
+    parser.add_argument("--tls-key", default=None, help="the --tls-cert private key (PEM)")
+    parser.add_argument("--tls-ca", default=None,
+                        help="CA a standby verifies the serving coordinator with (default: "
+                             "TXNLOG_COORDINATOR_CA, else --tls-cert)")
+    parser.add_argument("--standby", action="store_true",
+                        help="wait until the registered coordinator stops heartbeating, "
+                             "then take the log over and serve")
+    parser.add_argument("--standby-misses", type=int, default=3,
+                        help="heartbeats (--heartbeat-ms) the serving coordinator may miss "
+                             "before a standby takes over")
+    parser.add_argument("--stop-timeout-s", type=float, default=20.0,
+                        help="SIGTERM: finish in-flight work for at most this long, then exit "
+                             "(non-zero when work was left)")
+    parser.add_argument("--max-request-bytes", type=int, default=MAX_BODY_BYTES,
+                        help="larger request bodies are refused with 413")
+    parser.add_argument("--embedded", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default=os.environ.get("TXNLOG_LOG_LEVEL", "INFO"))
 
 
@@ -124,7 +162,34 @@ def run(args: argparse.Namespace) -> int:
     root_logger.setLevel(args.log_level.upper())
     for noisy in ("botocore", "s3fs", "aiobotocore", "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return asyncio.run(CoordinatorServer(args).main())
+    try:
+        server = CoordinatorServer(args)
+    except (TokenFileError, OSError, ssl.SSLError) as exc:
+        log.critical("cannot start: %s", exc)
+        return EXIT_FATAL
+    return asyncio.run(server.main())
+
+
+_watchdog_armed = threading.Event()
+
+
+def arm_exit_watchdog(after_s: float, status: Callable[[], int]) -> None:
+    """End the process ``after_s`` from now whatever it is doing: a stop must never hang
+    (a storage call stuck in a thread would otherwise keep the interpreter alive). The
+    first arming counts."""
+    if _watchdog_armed.is_set():
+        return
+    _watchdog_armed.set()
+
+    def expire() -> None:
+        time.sleep(after_s)
+        code = status()
+        log.critical("still running %.0f s after the stop began; exiting with %d", after_s,
+                     code)
+        logging.shutdown()
+        os._exit(code)
+
+    threading.Thread(target=expire, name="exit-watchdog", daemon=True).start()
 
 
 def storage_options(pairs: list[str]) -> dict[str, str]:
@@ -166,18 +231,40 @@ class CoordinatorServer:
         self.exit_code = 0
         self.stop_event = asyncio.Event()
         self.endpoint = ""
+        self.tokens = TokenCheck(read_token_file(args.token_file) if args.token_file else None,
+                                 args.protect_metrics)
+        if bool(args.tls_cert) != bool(args.tls_key):
+            raise SystemExit("--tls-cert and --tls-key go together")
+        self.ssl_context = server_ssl_context(args.tls_cert, args.tls_key) \
+            if args.tls_cert else None
 
     # ------------------------------------------------------------------ lifecycle
     async def main(self) -> int:
         """Serve until a stop is requested or the process is fenced; the exit status."""
-        http = HttpServer(self.api.route)
+        http = HttpServer(self.api.route, tokens=self.tokens,
+                          max_body=self.args.max_request_bytes, ssl_context=self.ssl_context,
+                          on_refused=self.metrics.refused.inc)
         port = await http.start(self.args.host, self.args.port)
         host = self.args.host if self.args.host not in ("0.0.0.0", "::") else "127.0.0.1"
-        self.endpoint = f"http://{host}:{port}"
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop, f"signal {sig.name}")
-        log.info("coordinator for %s listening on %s; loading", self.storage.url, self.endpoint)
+        scheme = "https" if self.ssl_context else "http"
+        self.endpoint = (self.args.advertised_url or f"{scheme}://{host}:{port}").rstrip("/")
+        loop = self._loop = asyncio.get_running_loop()
+        if threading.current_thread() is threading.main_thread():  # not when embedded
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        log.info("coordinator for %s listening on %s:%d as %s (token %s, TLS %s); loading",
+                 self.storage.url, self.args.host, port, self.endpoint,
+                 "required" if self.tokens.token else "off",
+                 "on" if self.ssl_context else "off")
+        if self.args.standby:
+            self.state.standby = True
+            take = await wait_for_takeover(self.storage, self.endpoint, self.args.heartbeat_ms,
+                                           self.args.standby_misses, self._probe,
+                                           self.stop_event)
+            self.state.standby = False
+            if not take:
+                await http.close(5)
+                return self.exit_code
         t0 = time.monotonic()
         try:
             recovered = await asyncio.to_thread(recover, self.storage)
@@ -194,6 +281,9 @@ class CoordinatorServer:
                  "%.2f s after loading began)", self.coordinator.coordinator_epoch,
                  self.storage.url, self.endpoint, self.coordinator.log.next_offset,  # type: ignore[union-attr]
                  len(self.coordinator.txns), time.monotonic() - t0)
+        for name, task in self.coordinator.background_tasks().items():
+            if task is not None:
+                task.add_done_callback(lambda t, n=name: self._background_ended(n, t))
         tasks = []
         if not self.args.no_register:
             await asyncio.to_thread(self._register)
@@ -203,17 +293,40 @@ class CoordinatorServer:
         await self.stop_event.wait()
         self.state.stopping = True
         if self.state.fatal is None:
-            log.info("stopping: finishing in-flight work")
-            with contextlib.suppress(Exception):
-                await self.coordinator.stop()
+            log.info("stopping: finishing in-flight work (at most %.0f s)",
+                     self.args.stop_timeout_s)
+            try:
+                await asyncio.wait_for(self.coordinator.stop(), self.args.stop_timeout_s)
+            except TimeoutError:
+                log.error("in-flight work did not finish within %.0f s; exiting without it "
+                          "(the next coordinator recovers it from the log)",
+                          self.args.stop_timeout_s)
+                self.exit_code = EXIT_FATAL
+            except Exception as exc:
+                log.error("stopping failed: %r", exc)
+                self.exit_code = EXIT_FATAL
             if not self.args.no_register:
                 with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self._unregister)
+                    await asyncio.wait_for(asyncio.to_thread(self._unregister), 5)
         for t in tasks:
             t.cancel()
-        await http.close()
+        await http.close(2 if self.state.fatal is not None else 5)
         log.info("stopped with status %d", self.exit_code)
         return self.exit_code
+
+    def _probe(self, endpoint: str) -> bool:
+        """A standby's /healthz check of the serving coordinator (blocking)."""
+        ca = self.args.tls_ca or client_ca(None) or self.args.tls_cert
+        return CoordinatorClient(endpoint, ca_file=ca).healthy(timeout=1.0)
+
+    def _background_ended(self, name: str, task: asyncio.Task) -> None:
+        """A loop the coordinator needs ended while serving: stop the process (the next
+        coordinator recovers), never go on half alive."""
+        if task.cancelled() or self.state.stopping or self.state.fatal is not None:
+            return
+        exc = task.exception() or RuntimeError(f"the {name} loop ended")
+        log.critical("background task %s failed: %r", name, exc)
+        self._on_fatal(exc)
 
     def _make_log(self, coordinator: TransactionCoordinator, recovered: Recovered) -> TxnLog:
         return TxnLog(self.storage, recovered.next_offset, snapshot_fn=coordinator.to_snapshot,
@@ -226,23 +339,52 @@ class CoordinatorServer:
                       replayed=(len(recovered.records), recovered.objects))
 
     def _on_fatal(self, exc: BaseException) -> None:
+        if self.state.fatal is not None:
+            return
         self.state.fatal = exc
         self.state.ready = False
         self.exit_code = EXIT_FENCED if isinstance(exc, NotCoordinatorError) else EXIT_FATAL
         log.critical("coordinator stops serving: %s", exc)
         self.stop_event.set()
+        arm_exit_watchdog(FATAL_EXIT_BOUND_S, lambda: self.exit_code)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        """A plain (not asyncio) signal handler: it runs even while the event loop is
+        blocked, so the exit watchdog is armed whatever the loop is doing; the graceful
+        stop itself runs on the loop."""
+        arm_exit_watchdog(self.args.stop_timeout_s + FATAL_EXIT_BOUND_S,
+                          lambda: self.exit_code or EXIT_FATAL)
+        why = f"signal {signal.Signals(signum).name}"
+        self._loop.call_soon_threadsafe(self.request_stop, why)
 
     def request_stop(self, why: str) -> None:
-        """Stop gracefully: in-flight completions and queued log writes finish first."""
+        """Stop gracefully: in-flight completions and queued log writes finish first, for at
+        most --stop-timeout-s; the process is gone a few seconds after that in any case."""
         log.info("stop requested (%s)", why)
         self.stop_event.set()
+        arm_exit_watchdog(self.args.stop_timeout_s + FATAL_EXIT_BOUND_S,
+                          lambda: self.exit_code or EXIT_FATAL)
 
     def _registration(self) -> bytes:
         return json.dumps({"endpoint": self.endpoint, "epoch": self.coordinator.coordinator_epoch,
                            "pid": os.getpid(), "heartbeat_ms": self.args.heartbeat_ms,
-                           "written_ms": int(time.time() * 1000)}).encode()
+                           "written_ms": int(time.time() * 1000),
+                           "embedded": bool(self.args.embedded),
+                           "token": self.tokens.token is not None,
+                           "tls": self.ssl_context is not None}).encode()
 
     def _register(self) -> None:
+        """Write (refresh) the registration, unless a newer coordinator's is there: then
+        this one was taken over (a standby decided it was gone) and must stop."""
+        try:
+            current = json.loads(self.storage.get(layout.COORDINATOR_FILE))
+        except (FileNotFoundError, ValueError):
+            current = {}
+        theirs = current.get("epoch")
+        if isinstance(theirs, int) and theirs > self.coordinator.coordinator_epoch:
+            raise FencedError(
+                f"fenced: coordinator epoch {theirs} at {current.get('endpoint')} took the "
+                f"log over from this one (epoch {self.coordinator.coordinator_epoch})")
         self.storage.put(layout.COORDINATOR_FILE, self._registration())
 
     def _unregister(self) -> None:
@@ -261,6 +403,9 @@ class CoordinatorServer:
                 return
             try:
                 await asyncio.to_thread(self._register)
+            except FencedError as exc:
+                self._on_fatal(exc)
+                return
             except Exception as exc:
                 log.warning("refreshing %s failed: %s", layout.COORDINATOR_FILE, exc)
 

@@ -67,6 +67,7 @@ from .stable_publisher import StablePublisher
 from .state import CoordinatorState
 from .states import TxnState
 from .timers import TransactionTimers
+from .topic_config import validate_topic_config
 from .txn_log import TxnLog
 from .txn_log_records import LogRecord
 from .txn_metadata import Txn, now_ms
@@ -206,6 +207,12 @@ class TransactionCoordinator:
         await self.timers.stop()
         await self.publisher.stop()
         self.io.shutdown()
+
+    def background_tasks(self) -> dict[str, asyncio.Task[Any] | None]:
+        """The loops that must run as long as the process serves (the process watches
+        them: one that ends by an exception stops it, never leaving it half alive)."""
+        return {"txn-log": self.commits.log._task if self.commits.log else None,
+                "timers": self.timers._task, "stable": self.publisher._task}
 
     async def halt(self) -> None:
         """Stop every task at once, with no graceful step: what SIGKILL leaves (what is
@@ -587,7 +594,7 @@ class TransactionCoordinator:
         if isinstance(partitions, bool) or not isinstance(partitions, int) \
                 or not 1 <= partitions <= topics.MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partitions must be in [1, {topics.MAX_PARTITIONS}]")
-        cfg = {str(k): str(v) for k, v in (config or {}).items()}
+        cfg = validate_topic_config({str(k): str(v) for k, v in (config or {}).items()})
         meta = await self.io.call(topics.create_topic, self.storage, name, partitions, cfg)
         if (meta.partitions != partitions or dict(meta.config) != cfg) and not exist_ok:
             raise TopicAlreadyExistsError(

@@ -157,6 +157,17 @@ class TxnLog:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="txn-log")
+        self._task.add_done_callback(self._writer_ended)
+
+    def _writer_ended(self, task: asyncio.Task[None]) -> None:
+        """The writer task only ends when cancelled (close/halt); ending any other way (an
+        exception nobody foresaw) would leave every later append waiting forever, so it
+        stops the process instead (the next coordinator recovers from the log)."""
+        if task.cancelled() or self.failed is not None:
+            return
+        exc = task.exception() or RuntimeError("the coordinator log writer ended")
+        log.critical("the coordinator log writer failed: %r", exc)
+        self._fail(exc, [])
 
     def append(self, records: list[LogRecord]) -> asyncio.Future[None]:
         """Queue records (already applied by the caller); the future resolves when durable."""
@@ -257,9 +268,11 @@ class TxnLog:
             del self._pending[:n]
         base = self.next_offset
         now = int(time.time() * 1000)
-        data = encode_batch([to_kafka_record(r, now) for r, _ in batch], base_offset=base,
-                            now_ms=now)
         try:
+            # Encoding is inside the try: a record that cannot be encoded (request_limits
+            # keeps them out, but a bug must not wedge the log) fails the process at once.
+            data = encode_batch([to_kafka_record(r, now) for r, _ in batch],
+                                base_offset=base, now_ms=now)
             ok = await self._put(txn_state_log_path(base), data)
         except BaseException as exc:
             self._fail(exc, batch)

@@ -80,12 +80,23 @@ class UnknownWriteIdError(RuntimeError):
 
 
 def coordinator_client(opts: WriteOptions) -> CoordinatorClient:
-    """The client for the ``coordinator`` option, or for the root's embedded coordinator."""
-    from txnlog.coordinator.client import CoordinatorClient
+    """The driver's client: the ``coordinator`` option, or the root's registered coordinator
+    (an embedded one is started when there is none — only ever on the driver)."""
     from txnlog.coordinator.embedded import coordinator_for_root
 
-    endpoint = opts.coordinator or coordinator_for_root(opts.root, opts.storage_options)
-    return CoordinatorClient(endpoint)
+    endpoint = opts.coordinator or coordinator_for_root(
+        opts.root, opts.storage_options, ca_file=opts.coordinator_credentials.ca_file)
+    return task_client(opts, endpoint)
+
+
+def task_client(opts: WriteOptions, endpoint: str) -> CoordinatorClient:
+    """A client of ``endpoint`` (resolved by the driver) for any process: it follows the
+    root's registration after a connection failure (failover) but never starts a
+    coordinator; unreachable, it fails naming the endpoint and the fix."""
+    from txnlog.coordinator.client import CoordinatorClient
+
+    return CoordinatorClient(endpoint, credentials=opts.coordinator_credentials,
+                             root=opts.root, storage_options=opts.storage_options)
 
 
 def ensure_topic(client: CoordinatorClient, opts: WriteOptions) -> None:
@@ -117,20 +128,21 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
             self.transactional_id, opts.transaction_timeout_ms, one_shot=one_shot)
 
     def _client(self) -> CoordinatorClient:
-        """A client for the write's coordinator. With the embedded default this finds the
-        root's coordinator again, so a restarted one (on another port) is picked up."""
-        from txnlog.coordinator.client import CoordinatorClient
-
+        """The driver's client for commit()/abort(). With the embedded default this finds
+        the root's coordinator again, so a restarted one (on another port) is picked up."""
         if self.opts.coordinator is None:
             from txnlog.coordinator.embedded import coordinator_for_root
 
-            self.endpoint = coordinator_for_root(self.opts.root, self.opts.storage_options)
-        return CoordinatorClient(self.endpoint)
+            self.endpoint = coordinator_for_root(
+                self.opts.root, self.opts.storage_options,
+                ca_file=self.opts.coordinator_credentials.ca_file)
+        return task_client(self.opts, self.endpoint)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        """A task (on an executor): uses the endpoint the driver shipped, never starts one."""
         from .task_writer import Membership, run_task
 
-        return run_task(iterator, self.opts, self._client(),
+        return run_task(iterator, self.opts, task_client(self.opts, self.endpoint),
                         Membership(self.transactional_id, self.producer_id, self.epoch))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

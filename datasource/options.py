@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from txnlog.coordinator.security import Credentials
 from txnlog.log_format.compression import Codec
 from txnlog.log_format.errors import TxnlogError
 
@@ -27,7 +28,7 @@ READ_UNCOMMITTED = "read_uncommitted"
 # Options Spark itself adds (lower-case, as PySpark's CaseInsensitiveDict stores them).
 SPARK_OPTIONS = {"path", "paths", "checkpointlocation", "queryname"}
 
-COMMON = {"coordinator"}
+COMMON = {"coordinator", "coordinator.token", "coordinator.tls.ca"}
 READ = {
     "subscribe", "subscribepattern", "assign",
     "startingoffsets", "endingoffsets",
@@ -108,6 +109,7 @@ class ReadOptions:
     group_id: str | None = None
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    coordinator_credentials: Credentials = field(default_factory=Credentials)
 
     @property
     def read_committed(self) -> bool:
@@ -127,6 +129,7 @@ class WriteOptions:
     transaction_timeout_ms: int
     batch_size: int
     checkpoint_location: str | None = None
+    coordinator_credentials: Credentials = field(default_factory=Credentials)
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -429,6 +432,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         group_id=_id(options, "groupid", "groupId"),
         min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=max_delay,
+        coordinator_credentials=_credentials(options),
     )
 
 
@@ -462,4 +466,12 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
         transaction_timeout_ms=timeout,
         batch_size=_int(options, "batch.size", 1 << 20, minimum=1024) or (1 << 20),
         checkpoint_location=options.get("checkpointlocation"),
+        coordinator_credentials=_credentials(options),
     )
+
+
+def _credentials(options: Mapping[str, str]) -> Credentials:
+    """The coordinator's token and CA, resolved on the driver (options, else the driver's
+    environment) so they travel to the tasks with the pickled reader/writer."""
+    return Credentials.resolve(options.get("coordinator.token") or None,
+                               options.get("coordinator.tls.ca") or None)

@@ -298,9 +298,11 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         group = self.opts.group_id
         assert group is not None
-        endpoint = self.opts.coordinator or coordinator_for_root(self.opts.root,
-                                                                 self.opts.storage_options)
-        client = CoordinatorClient(endpoint)
+        creds = self.opts.coordinator_credentials
+        endpoint = self.opts.coordinator or coordinator_for_root(
+            self.opts.root, self.opts.storage_options, ca_file=creds.ca_file)
+        client = CoordinatorClient(endpoint, credentials=creds, root=self.opts.root,
+                                   storage_options=self.opts.storage_options)
         committed = client.committed_offsets(group)
         behind = {tp: off for tp, off in end.items() if committed.get(tp, -1) < off}
         if not behind:

@@ -101,9 +101,11 @@ class TxnlogStreamWriter(DataSourceStreamArrowWriter):
                 ensure_topic(client, opts)
 
     def _client(self) -> CoordinatorClient:
-        from txnlog.coordinator.client import CoordinatorClient
+        """Tasks and commit() alike use the endpoint resolved when the writer was built on
+        the driver (following a failover, never starting a coordinator)."""
+        from .batch_writer import task_client
 
-        return CoordinatorClient(self.endpoint)
+        return task_client(self.opts, self.endpoint)
 
     # ---- executors -----------------------------------------------------------------------
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:

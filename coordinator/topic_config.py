@@ -1,0 +1,108 @@
+"""Topic configs as Kafka defines them: known names, typed values, refused otherwise.
+
+Why: a topic's config is written once, into ``_meta/topics/<topic>.json`` and the
+coordinator's log, and readers and future features (retention, compaction, segments) will
+act on it. A typo (``retention.msec``) or a wrong value (``cleanup.policy=forever``)
+accepted today would silently mean nothing, or something else, later. So CreateTopic checks
+every entry against Kafka's topic-level configs (names, types and valid ranges of
+``org.apache.kafka.common.config.TopicConfig`` / ``LogConfig``) and answers InvalidConfig
+naming the entry. Values are kept as the strings Kafka's CreateTopics carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from .errors import InvalidConfigError
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+
+def _long(lo: int, hi: int = LONG_MAX) -> Callable[[str], str | None]:
+    def check(v: str) -> str | None:
+        try:
+            n = int(v)
+        except ValueError:
+            return "must be an integer"
+        return None if lo <= n <= hi else f"must be in [{lo}, {hi}]"
+    return check
+
+
+def _int(lo: int) -> Callable[[str], str | None]:
+    return _long(lo, INT_MAX)
+
+
+def _ratio(v: str) -> str | None:
+    try:
+        x = float(v)
+    except ValueError:
+        return "must be a number"
+    return None if 0.0 <= x <= 1.0 else "must be in [0, 1]"
+
+
+def _one_of(*allowed: str) -> Callable[[str], str | None]:
+    def check(v: str) -> str | None:
+        return None if v in allowed else f"must be one of {', '.join(allowed)}"
+    return check
+
+
+def _list_of(*allowed: str) -> Callable[[str], str | None]:
+    def check(v: str) -> str | None:
+        items = [x.strip() for x in v.split(",")]
+        bad = [x for x in items if x not in allowed]
+        return None if items and not bad else f"must be a list of {', '.join(allowed)}"
+    return check
+
+
+_BOOL = _one_of("true", "false")
+
+# Kafka's topic-level configs (Kafka 3.x/4.x TopicConfig) and what a valid value is.
+TOPIC_CONFIGS: dict[str, Callable[[str], str | None]] = {
+    "cleanup.policy": _list_of("delete", "compact"),
+    "compression.type": _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    "compression.gzip.level": _int(1),
+    "compression.lz4.level": _int(1),
+    "compression.zstd.level": _long(-131072, 22),
+    "delete.retention.ms": _long(0),
+    "file.delete.delay.ms": _long(0),
+    "flush.messages": _long(1),
+    "flush.ms": _long(0),
+    "index.interval.bytes": _int(0),
+    "local.retention.bytes": _long(-2),
+    "local.retention.ms": _long(-2),
+    "max.compaction.lag.ms": _long(1),
+    "max.message.bytes": _int(0),
+    "message.timestamp.after.max.ms": _long(0),
+    "message.timestamp.before.max.ms": _long(0),
+    "message.timestamp.difference.max.ms": _long(0),
+    "message.timestamp.type": _one_of("CreateTime", "LogAppendTime"),
+    "min.cleanable.dirty.ratio": _ratio,
+    "min.compaction.lag.ms": _long(0),
+    "min.insync.replicas": _int(1),
+    "preallocate": _BOOL,
+    "remote.storage.enable": _BOOL,
+    "retention.bytes": _long(-1),
+    "retention.ms": _long(-1),
+    "segment.bytes": _int(14),
+    "segment.index.bytes": _int(4),
+    "segment.jitter.ms": _long(0),
+    "segment.ms": _long(1),
+    "unclean.leader.election.enable": _BOOL,
+}
+
+
+def validate_topic_config(config: Mapping[str, str]) -> dict[str, str]:
+    """``config`` if every entry is a Kafka topic config with a valid value; otherwise
+    InvalidConfig naming the first bad entry."""
+    out = {}
+    for name, value in config.items():
+        check = TOPIC_CONFIGS.get(name)
+        if check is None:
+            raise InvalidConfigError(
+                f"unknown topic config {name[:100]!r}; known: {', '.join(sorted(TOPIC_CONFIGS))}")
+        why = check(str(value).strip())
+        if why is not None:
+            raise InvalidConfigError(f"topic config {name!r}={str(value)[:100]!r} {why}")
+        out[name] = str(value).strip()
+    return out
