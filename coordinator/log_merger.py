@@ -177,11 +177,12 @@ class LogMerger:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except StorageError as exc:
+            except StorageError as exc:  # storage is down or slow: merging waits, commits go on
                 self.observer.storage_error()
                 log.warning("merging paused by a storage error: %s", exc)
-            except Exception:
-                log.exception("merging failed; retrying at the next tick")
+            # Anything else ends the task, and the server stops the process (a supervisor
+            # restarts it, the next coordinator finishes the planned merge): never a
+            # coordinator that serves on with merging silently dead.
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.interval_s)
             self._wake.clear()

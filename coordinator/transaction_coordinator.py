@@ -212,7 +212,8 @@ class TransactionCoordinator:
         """The loops that must run as long as the process serves (the process watches
         them: one that ends by an exception stops it, never leaving it half alive)."""
         return {"txn-log": self.commits.log._task if self.commits.log else None,
-                "timers": self.timers._task, "stable": self.publisher._task}
+                "timers": self.timers._task, "stable": self.publisher._task,
+                "merger": self.merger._task}
 
     async def halt(self) -> None:
         """Stop every task at once, with no graceful step: what SIGKILL leaves (what is
