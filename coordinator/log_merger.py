@@ -110,7 +110,9 @@ class LogMerger:
         self.refused: set[str] = set()
         self.merges_done = 0
         self._task: asyncio.Task[None] | None = None
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="coord-merge")
+        # inputs are read in parallel: on S3 a merge of 32 small objects is one round of
+        # GETs, not eight
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="coord-merge")
         self._wake: asyncio.Event | None = None
         state.observers.append(self.observe)
 
