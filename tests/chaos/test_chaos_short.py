@@ -14,6 +14,7 @@ import pytest
 from .run import PROFILES, Profile, Scenario, run_all
 
 SHORT = Profile(producers=3, txns_per_producer=25, duration=10.0)
+MERGEABLE = 20  # committed transactions that leave every partition enough objects to merge
 assert SHORT.duration <= PROFILES["short"].duration
 
 DEFAULT_FILE = ["coordinator-kill", "coordinator-faultpoints", "zombie", "two-coordinators",
@@ -31,8 +32,11 @@ def _check(fault: str, backend: str, tmp_path: Path) -> None:
     assert res.committed > 0
     assert not res.anomalies, (res.anomalies, res.examples, res.history)
     # merging and cleanup ran under the fault: reads went through manifests and merged
-    # objects, and merged-away small objects were deleted
-    assert res.merges > 0 and res.deleted > 0, res
+    # objects, and merged-away small objects were deleted. The short profile stops after
+    # 10 s: on a machine too loaded to commit 20 transactions in that time (disk-full on
+    # 2 cores at load 18 committed 3) there is nothing to merge, and that says nothing
+    if res.committed >= MERGEABLE:
+        assert res.merges > 0 and res.deleted > 0, res
     if fault.startswith("spark-"):
         assert res.spark_jobs.get("committed", 0) > 0, res.spark_jobs
         assert res.stream_records > 0
