@@ -148,16 +148,8 @@ def _plan_micro_batch(root: str, previous: dict[str, Any] | None
                       ) -> tuple[float, Any, dict[str, int]]:
     """Driver-side planning of one micro-batch, as Spark calls the stream reader."""
     from pyspark.sql.datasource import ReadAllAvailable
-    from pyspark.sql.types import (
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
     from txnlog.datasource.options import parse_read_options
+    from txnlog.datasource.projection import full_read_schema
     from txnlog.datasource.stream_reader import TxnlogStreamReader
     from txnlog.log_format import stable
     from txnlog.log_format.storage import Storage
@@ -166,13 +158,7 @@ def _plan_micro_batch(root: str, previous: dict[str, Any] | None
     stable.clear_base_cache()
     opts = parse_read_options({"path": root, "subscribe": TOPIC,
                                "startingOffsets": "earliest"}, streaming=True)
-    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
-                         StructField("topic", StringType()),
-                         StructField("partition", IntegerType()),
-                         StructField("offset", LongType()),
-                         StructField("timestamp", TimestampType()),
-                         StructField("timestampType", IntegerType())])  # no session needed
-    reader = TxnlogStreamReader(opts, schema)
+    reader = TxnlogStreamReader(opts, full_read_schema(False))  # no session needed
     counting = CountingStorage(Storage.for_url(root))
     t0 = time.perf_counter()
     start = previous if previous is not None else reader.initialOffset()
