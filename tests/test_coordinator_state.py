@@ -245,6 +245,28 @@ def test_snapshot_restore_round_trip() -> None:
     assert _json(restored.to_snapshot()) == _json(s.state.to_snapshot())
 
 
+def test_snapshot_holds_only_written_partitions_and_restores_every_one() -> None:
+    """A snapshot is serialized on the event loop, so it must not cost the root's breadth
+    (issue 12): partitions nothing was reserved in are left out, and restoring makes them
+    again from the topics, so the restored state equals the live one partition for
+    partition (and publishes the same HW/LSO for every one of them)."""
+    from txnlog.coordinator.partition_state import visible_offsets
+    s = Scenario()
+    _busy(s)
+    s.commit([LogRecord("topic", {"name": "wide", "partitions": 5_000, "config": {}})])
+    snap = _json(s.state.to_snapshot())
+    written = {k for k, v in s.state.partitions.items() if v.leo}
+    assert written and set(snap["partitions"]) == written
+    restored = CoordinatorState.from_snapshot(snap)
+    assert restored.partitions == s.state.partitions
+    assert len(restored.partitions) >= 5_000
+
+    def view(st: CoordinatorState) -> dict[str, Any]:
+        return visible_offsets(st.topics, st.partitions, st.unreplicated, {}).offsets
+
+    assert view(restored) == view(s.state)
+
+
 def test_restore_in_place_keeps_the_object() -> None:
     s = Scenario()
     _busy(s)
