@@ -133,8 +133,11 @@ class WriteOptions:
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:
-    """``storage.*`` options, prefix stripped, for fsspec."""
-    return {k[len("storage."):]: v for k, v in options.items() if k.lower().startswith("storage.")}
+    """``storage.*`` options as ``Storage.for_url`` (and the coordinator it starts) takes
+    them: prefixed ``storage.``, which they strip before fsspec sees them. (Stripping the
+    prefix here made every ``storage.*`` option of a Spark query silently unused.)"""
+    return {f"storage.{k[len('storage.'):]}": v for k, v in options.items()
+            if k.lower().startswith("storage.")}
 
 
 def check_known(options: Mapping[str, str], kind: Kind) -> None:

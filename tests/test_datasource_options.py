@@ -1,5 +1,7 @@
 """Option parsing: Spark-Kafka names and defaults, and a clear error for every bad option."""
 
+from typing import Any
+
 import pytest
 from txnlog.datasource.options import (
     EARLIEST,
@@ -81,4 +83,37 @@ def test_write_options() -> None:
     with pytest.raises(InvalidTopicNameError):
         parse_write_options({**ROOT, "topic": "a/b"})
     assert parse_write_options({**ROOT, "storage.endpoint_url": "http://x"}).storage_options == {
-        "endpoint_url": "http://x"}
+        "storage.endpoint_url": "http://x"}
+
+
+@pytest.mark.s3
+def test_storage_options_alone_reach_s3_and_the_coordinator(
+        s3_server: Any, s3_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark user on MinIO or another S3 names the endpoint and keys as ``storage.*``
+    options, with no AWS variables in the environment: the parsed options must reach the
+    storage and the coordinator the query starts (they were stripped of their prefix, which
+    ``Storage.for_url`` needs, and silently unused)."""
+    import json
+    import os
+    import signal
+
+    from txnlog.coordinator import embedded
+    from txnlog.coordinator.client import CoordinatorClient
+    from txnlog.log_format import layout
+    from txnlog.log_format.storage import Storage
+
+    for key in s3_server.env():
+        monkeypatch.delenv(key, raising=False)
+    Storage.clear_cache()
+    embedded._cache.clear()
+    opts = parse_write_options({"path": s3_root, "topic": "t", **s3_server.storage_options()})
+    storage = Storage.for_url(opts.root, opts.storage_options)
+    assert storage.put_if_absent("probe", b"x") and storage.get("probe") == b"x"
+    endpoint = embedded.coordinator_for_root(opts.root, opts.storage_options, idle_exit_s=30)
+    pid = json.loads(storage.get(layout.COORDINATOR_FILE))["pid"]
+    try:
+        CoordinatorClient(endpoint).create_topic("t", 2)
+        assert [o.name for o in storage.list("_meta/topics")] == ["t.json"]
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        embedded._cache.clear()
