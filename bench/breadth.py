@@ -6,7 +6,9 @@ stable.py) a commit writes a delta of the partitions changed since the base. Thi
 measures, for a root holding topic ``hot`` (1 partition) and ``other`` (10 or 20,000):
 
 - commit latency (EndTxn, p50 and p99) of one-record transactions into ``hot-0``, one at a
-  time, after a warm-up;
+  time, after a warm-up, and the coordinator process's CPU time per commit (user + system,
+  from /proc: the cost itself, which a loaded machine does not hide the way it hides
+  latency behind waiting);
 - bytes published per commit: the stable objects (heads, and bases) written during the
   measured commits, divided by the commits;
 - a fresh reader: the storage requests (LIST, GET) and the time ``read_latest_stable`` takes
@@ -51,6 +53,13 @@ BUCKET = "txnlog-bench"
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the coordinator process has used: what a commit costs it
+    whatever else the machine runs (latency on a loaded machine is mostly waiting)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _stable_objects(storage: Any) -> dict[str, int]:
@@ -101,7 +110,9 @@ def measure(root: str, partitions: int, commits: int, warmup: int, log_snapshots
         for _ in range(warmup):
             commit()
         before = _stable_objects(storage)
+        cpu0 = _cpu_s(proc.pid)
         lat = [commit() for _ in range(commits)]
+        cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / commits
         after = _stable_objects(storage)
         new = {n: s for n, s in after.items() if n not in before}
         heads = [s for n, s in new.items() if layout.parse_stable_name(n) is not None]
@@ -113,6 +124,7 @@ def measure(root: str, partitions: int, commits: int, warmup: int, log_snapshots
         proc.stop()
     return {"partitions": partitions, "commits": commits, "log_snapshots": log_snapshots,
             "p50_ms": statistics.median(lat), "p99_ms": _pct(lat, 0.99),
+            "coord_cpu_ms": cpu_ms,
             "bytes_per_commit": published, "head_bytes": statistics.mean(heads) if heads else 0,
             "bases_written": len(bases), **reader, "load": list(os.getloadavg())}
 
@@ -173,6 +185,7 @@ def _fmt(row: dict[str, Any]) -> str:
     return (f"{row['side']:>6} {row['backend']:>4} {row['log_snapshots']:>7} "
             f"{row['partitions']:>6} parts: "
             f"p50 {row['p50_ms']:6.1f} ms  p99 {row['p99_ms']:6.1f} ms  "
+            f"coordinator CPU {row['coord_cpu_ms']:5.2f} ms/commit  "
             f"{row['bytes_per_commit']:9.0f} B/commit (bases {row['bases_written']})  "
             f"reader {row['reader_list']} LIST + {row['reader_get']} GET "
             f"{row['reader_ms']:6.1f} ms  | load {', '.join(f'{x:.1f}' for x in row['load'])}")
@@ -209,7 +222,10 @@ def main() -> int:
     server = None
     rows: list[dict[str, Any]] = []
     try:
-        sides = {"before": str(_import_tree(worktree, tmp / "imports")), "after": None}
+        # both sides from an import tree, so "after" is this checkout whatever txnlog the
+        # interpreter has installed
+        sides = {"before": str(_import_tree(worktree, tmp / "imports")),
+                 "after": str(_import_tree(REPO, tmp / "imports-after"))}
         backends: list[tuple[str, dict[str, str]]] = [("file", {})]
         if not args.no_s3:
             from s3_server import S3Server
@@ -240,7 +256,7 @@ def main() -> int:
         print("|---|---|---|---|---:|---:|---:|")
         for backend, cadence, side in [(b, c, s) for b, _ in backends for c in cadences
                                        for s in ("before", "after")]:
-            for metric in ("p50_ms", "p99_ms", "bytes_per_commit", "reader_ms",
+            for metric in ("p50_ms", "p99_ms", "coord_cpu_ms", "bytes_per_commit", "reader_ms",
                            "reader_get"):
                 vals = {n: statistics.median(x[metric] for x in rows
                                              if x["backend"] == backend

@@ -18,7 +18,6 @@ Usable without pytest: `with RgwServer.start() as server: ...`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3ServerError
+from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Endpoint, S3ServerError
 
 SCRIPT = Path(__file__).with_name("ceph_s3.sh")
 PACKAGES = ("radosgw", "ceph-mon", "ceph-osd")
@@ -72,7 +71,7 @@ def ensure_installed() -> None:
 
 
 @dataclass
-class RgwServer:
+class RgwServer(S3Endpoint):
     """A running single-node Ceph cluster serving S3; `endpoint` is its URL."""
 
     workdir: Path
@@ -114,42 +113,6 @@ class RgwServer:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def client(self):  # -> botocore S3 client
-        """A plain botocore client for set-up (buckets) outside txnlog's Storage."""
-        import botocore.session
-        from botocore.config import Config
-
-        session = botocore.session.get_session()
-        return session.create_client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key, region_name=self.region,
-            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10))
-
-    def create_bucket(self, name: str) -> None:
-        # no LocationConstraint: RGW, like AWS, refuses "us-east-1" there
-        client = self.client()
-        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-            client.create_bucket(Bucket=name)
-
-    def storage_options(self) -> dict[str, str]:
-        """txnlog `storage.` options that point a root at this server."""
-        return {
-            "storage.endpoint_url": self.endpoint,
-            "storage.key": self.access_key,
-            "storage.secret": self.secret_key,
-            "storage.region": self.region,
-        }
-
-    def env(self) -> dict[str, str]:
-        """The standard AWS environment variables for this server (for subprocesses)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-        }
-
     def stop(self, remove: bool = True) -> None:
         """Stop the daemons by their PIDs (ceph_s3.sh stop) and remove the cluster's files."""
         # memstore: nothing to keep, so no 4-5 s wait for radosgw's clean exit
@@ -158,8 +121,3 @@ class RgwServer:
                        capture_output=True, timeout=120, check=False,
                        stdin=subprocess.DEVNULL)
 
-    def __enter__(self) -> RgwServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -56,8 +56,64 @@ def _weed_binary() -> str:
     return found
 
 
+class S3Endpoint:
+    """What a test S3 server gives its users, whichever implementation runs it (SeaweedFS
+    here, Ceph RGW in tests/rgw_server.py): a client for set-up, buckets, the txnlog options
+    and the AWS environment that point at it, and ``with`` (stop at the end)."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+
+    def client(self):  # -> botocore S3 client
+        """A plain botocore client for set-up (buckets) outside txnlog's Storage."""
+        import botocore.session
+        from botocore.config import Config
+
+        session = botocore.session.get_session()
+        return session.create_client(
+            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key, region_name=self.region,
+            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10))
+
+    def create_bucket(self, name: str) -> None:
+        # no LocationConstraint: RGW, like AWS, refuses "us-east-1" there
+        client = self.client()
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+            client.create_bucket(Bucket=name)
+
+    def storage_options(self) -> dict[str, str]:
+        """txnlog `storage.` options that point a root at this server."""
+        return {
+            "storage.endpoint_url": self.endpoint,
+            "storage.key": self.access_key,
+            "storage.secret": self.secret_key,
+            "storage.region": self.region,
+        }
+
+    def env(self) -> dict[str, str]:
+        """The standard AWS environment variables for this server (for subprocesses)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def stop(self, remove: bool = True) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> S3Endpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class S3Server:
+class S3Server(S3Endpoint):
     """A running `weed mini`; `endpoint` is its S3 URL."""
 
     process: subprocess.Popen[bytes]
@@ -150,41 +206,6 @@ class S3Server:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def client(self):  # -> botocore S3 client
-        """A plain boto3/botocore client for set-up (buckets) outside txnlog's Storage."""
-        import botocore.session
-        from botocore.config import Config
-
-        session = botocore.session.get_session()
-        return session.create_client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key, region_name=self.region,
-            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10))
-
-    def create_bucket(self, name: str) -> None:
-        client = self.client()
-        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-            client.create_bucket(Bucket=name)
-
-    def storage_options(self) -> dict[str, str]:
-        """txnlog `storage.` options that point a root at this server."""
-        return {
-            "storage.endpoint_url": self.endpoint,
-            "storage.key": self.access_key,
-            "storage.secret": self.secret_key,
-            "storage.region": self.region,
-        }
-
-    def env(self) -> dict[str, str]:
-        """The standard AWS environment variables for this server (for subprocesses)."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-        }
-
     def stop(self, remove: bool = True) -> None:
         """Stop the server by its PID (its own process group) and remove its files."""
         if self.process.poll() is None:
@@ -204,8 +225,3 @@ class S3Server:
         if remove:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> S3Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
