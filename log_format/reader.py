@@ -270,6 +270,33 @@ class PartitionReader:
     def _relist(self) -> None:
         self._list(self.high_watermark())
 
+    def _renew_listing(self, cursor: int) -> bool:
+        """Trust a listing too old for small objects again, from now, if the newest
+        manifest shows nothing merged past the first small object still to read: small
+        objects at or above the merged end are never deleted (cleanup deletes below it,
+        a grace period after the manifest that moved it was written), so none of those
+        listed can have been freed and taken by a zombie. One LIST of one key and one GET
+        instead of listing the whole tail again, which, once a LIST took longer than half
+        the grace period (a slow store, a long tail), made a reader relist for ever and
+        never read (found by the chaos harness: a final read at 7 offsets/s). False:
+        something moved (merged past it, a new log start, a shorter grace): list again."""
+        renewed_at = time.monotonic()
+        first_small = next((s.base_offset for s in self._segments if not s.merged
+                            and (s.end_offset is None or s.end_offset > cursor)), None)
+        if first_small is None:
+            return False
+        man = read_latest_manifest(self.storage, self.topic, self.partition)
+        old = self._manifest
+        if man is None:
+            if old is not None:
+                return False
+        elif (man.end_offset > first_small
+              or (old is not None and man.start_offset != old.start_offset)
+              or man.grace_ms < (old.grace_ms if old is not None else MIN_GRACE_MS)):
+            return False
+        self._listed_at = renewed_at
+        return True
+
     def _first_segment(self, offset: int) -> int:
         """Index of the segment holding `offset` (0 if it lies before every segment)."""
         bases = [s.base_offset for s in self._segments]
@@ -320,7 +347,8 @@ class PartitionReader:
         missing = 0  # objects found gone in a row, without progress in between
         while True:
             segs = self.segments()
-            if relist or time.monotonic() - self._listed_at > self._max_listing_age():
+            stale = time.monotonic() - self._listed_at > self._max_listing_age()
+            if relist or (stale and not self._renew_listing(cursor)):
                 self._relist()
                 segs = self._segments
             if not segs:
@@ -341,9 +369,10 @@ class PartitionReader:
                     cursor = chunk.next_offset
                 break
             except _StaleListing:
-                # a listing too old to trust for small objects: list again, go on from the
-                # cursor (merged objects hold the same bytes)
-                relist = True
+                # a listing too old to trust for small objects: renewed through the
+                # manifest, or listed again; go on from the cursor (merged objects hold
+                # the same bytes)
+                relist = False
             except FileNotFoundError:
                 # an object merged away and deleted under us: read the newest manifest
                 missing = 0 if cursor > before else missing + 1
