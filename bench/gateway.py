@@ -22,15 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from confluent_kafka import Consumer as CKConsumer  # noqa: E402
-from confluent_kafka import Producer as CKProducer  # noqa: E402
-from confluent_kafka import TopicPartition as CKTP  # noqa: E402
-from coordinator_proc import CoordinatorProc  # noqa: E402
-from gateway_proc import GatewayProc  # noqa: E402
-
-from txnlog import IdempotentProducer  # noqa: E402
-from txnlog.log_format.reader import PartitionReader  # noqa: E402
-from txnlog.log_format.storage import Storage  # noqa: E402
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka import TopicPartition as CKTP
+from coordinator_proc import CoordinatorProc
+from gateway_proc import GatewayProc
+from txnlog import IdempotentProducer
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.storage import Storage
 
 
 def fetch_gateway(bootstrap: str, topic: str, records: int) -> float:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
-from confluent_kafka import TopicPartition as CKTP
 from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc
 from kafka import KafkaConsumer
