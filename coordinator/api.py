@@ -36,6 +36,7 @@ from .errors import (
 )
 from .group_membership import GROUP_OPERATIONS
 from .http_server import Reply
+from .kafka_txn import KAFKA_TXN_OPERATIONS
 from .metrics import Metrics
 from .request_limits import check_request, parse_body
 from .transaction_coordinator import TransactionCoordinator
@@ -237,4 +238,5 @@ OPERATIONS: dict[str, Handler] = {
     "list_topics": _list_topics, "describe_txn": _describe_txn, "stable": _stable,
     **ADMIN_OPERATIONS,  # list/delete groups, list/describe/abort transactions, producers
     **GROUP_OPERATIONS,  # consumer-group membership for gateways (group_membership.py)
+    **KAFKA_TXN_OPERATIONS,  # Kafka clients' transactions through gateways (kafka_txn.py)
 }

@@ -183,6 +183,21 @@ OPERATION_SHAPES: dict[str, Obj] = {
             "topic": Field(TOPIC), "partition": Field(PARTITION), "offset": Field(OFFSET),
             "metadata": Field(Str(min_chars=0), required=False, default="")})))}),
     "describe_group": Obj({"group_id": Field(Str())}),
+    # Kafka clients' transactions through gateways (kafka_txn.py)
+    "kafka_init_producer_id": Obj({
+        "transactional_id": Field(TXN_ID), "transaction_timeout_ms": Field(TIMEOUT_MS),
+        "producer_id": Field(PRODUCER_ID, required=False, default=-1),
+        "epoch": Field(EPOCH, required=False, default=-1)}),
+    "kafka_txn_check": Obj(dict(_TXN_PRODUCER)),
+    "kafka_reserve": Obj({**_TXN_PRODUCER, "partitions": Field(_part(
+        base_sequence=Int(0, INT32[1]), count=Int(1, INT32[1])))}),
+    "kafka_add_offsets": Obj({**_TXN_PRODUCER, "group_id": Field(Str()),
+                              "offsets": Field(ListOf(Obj({
+                                  "topic": Field(TOPIC), "partition": Field(PARTITION),
+                                  "offset": Field(OFFSET),
+                                  "metadata": Field(Str(min_chars=0), required=False,
+                                                    default="")})))}),
+    "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
 }
 
 def deeper_than(value: Any, limit: int) -> bool:

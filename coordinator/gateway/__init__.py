@@ -11,7 +11,6 @@ message schemas); nothing here hand-writes a request or response layout.
 Modules: ``codec`` (kio: headers, bodies, plain dicts to kio entities), ``versions`` (what
 ApiVersions advertises), ``backend`` (storage, the coordinator client, caches, thread
 pools), ``consume`` (Metadata, ListOffsets, Fetch), ``produce`` (InitProducerId, Produce),
-``groups`` (FindCoordinator, consumer groups, offsets), ``txn`` (transactional producers:
-not served yet, and why),
+``groups`` (FindCoordinator, consumer groups, offsets), ``txn`` (transactional producers),
 ``server`` (framing, connections, SASL/PLAIN, TLS, the CLI).
 """

@@ -63,7 +63,9 @@ async def init_producer_id(backend: Backend, req: Any, version: int) -> dict[str
             pid, epoch = await backend.run(backend.client.init_producer_id, None)
         else:
             from .txn import init_transactional
-            pid, epoch = await init_transactional(backend, tid, ms(req.transaction_timeout))
+            pid, epoch = await init_transactional(
+                backend, tid, ms(req.transaction_timeout),
+                getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
     except Exception as exc:
         code = E.code_of(exc)
         if code == E.NOT_COORDINATOR and tid is None:
@@ -124,8 +126,8 @@ def _write(backend: Backend, b: _Batch) -> bool:
 
 
 async def _write_group(backend: Backend, pid: int, epoch: int, batches: list[_Batch],
-                       sequences: dict[TopicPartition, int] | None, wait_stable: bool
-                       ) -> None:
+                       sequences: dict[TopicPartition, int] | None, wait_stable: bool,
+                       transactional_id: str | None = None) -> None:
     """Reserve, write and confirm one producer's batches; sets each batch's outcome.
 
     ``sequences``: the gateway's own sequence numbers (id-less producers) instead of the
@@ -136,7 +138,16 @@ async def _write_group(backend: Backend, pid: int, epoch: int, batches: list[_Ba
         tp = TopicPartition(b.topic, b.partition)
         seq = b.base_sequence if sequences is None else sequences.get(tp, 0)
         want[tp] = (seq, b.count)
-    bases = await backend.run(client.reserve, pid, epoch, want)
+    if transactional_id is None:
+        bases = await backend.run(client.reserve, pid, epoch, want)
+    else:  # a Kafka client's transaction: its epoch and sequences are translated
+        r = await backend.run(client.call, "kafka_reserve", {
+            "transactional_id": transactional_id, "producer_id": pid, "epoch": epoch,
+            "partitions": [{"topic": t, "partition": p, "base_sequence": s, "count": c}
+                           for (t, p), (s, c) in want.items()]})
+        bases = {TopicPartition(x["topic"], x["partition"]): x["base_offset"]
+                 for x in r["partitions"]}
+        epoch = r["epoch"]  # the coordinator's, for the confirm
     if sequences is not None:
         for tp, (seq, count) in want.items():
             sequences[tp] = seq + count
@@ -184,8 +195,13 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
                     raise
             else:
                 transactional = any(b.transactional for b in group)
+                tid = getattr(req, "transactional_id", None)
+                if transactional and not tid:
+                    raise _BatchError(E.INVALID_RECORD,
+                                      "a transactional batch needs the request's transactional id")
                 await _write_group(backend, pid, epoch, group, None,
-                                   wait_stable=not transactional)
+                                   wait_stable=not transactional,
+                                   transactional_id=tid if transactional else None)
         except _BatchError as exc:
             for b in group:
                 b.error, b.message = exc.code, str(exc)

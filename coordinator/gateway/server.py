@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..security import Credentials, read_token_file, server_ssl_context
-from . import codec, consume, groups, produce
+from . import codec, consume, groups, produce, txn
 from . import errors as E
 from . import versions as V
 from .backend import Backend, GatewayConfig
@@ -49,6 +49,10 @@ HANDLERS: dict[int, Handler] = {
     V.LEAVE_GROUP: groups.leave_group,
     V.OFFSET_COMMIT: groups.offset_commit,
     V.OFFSET_FETCH: groups.offset_fetch,
+    V.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+    V.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+    V.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
+    V.END_TXN: txn.end_txn,
 }
 
 
@@ -247,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("numba").setLevel(logging.WARNING)
+    import faulthandler
+    faulthandler.enable()  # a crash in native code (codecs, kernels) leaves its traceback
     options = {}
     for kv in args.storage_option:
         k, sep, v = kv.partition("=")
@@ -290,4 +296,5 @@ def run(args: argparse.Namespace) -> int:
         await gateway.stop()
 
     asyncio.run(main())
+    log.info("gateway stopped")
     return 0

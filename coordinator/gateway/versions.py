@@ -4,9 +4,7 @@ Ranges stop where a version would need what a txnlog root does not have: topic i
 (Fetch >= 13, Produce >= 13 name topics by UUID), the KIP-848 consumer protocol, KIP-890's
 server-side epoch bump in EndTxn >= 5 and batched AddPartitionsToTxn >= 4 (broker to
 broker), share groups. Each range is also cut to what ``kio`` can encode, so a version is
-never advertised that the codec would fail on. The transactional producer APIs
-(AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn) are not served yet
-(``txn.py`` says why), so clients see that the broker has no transactions.
+never advertised that the codec would fail on.
 """
 
 from __future__ import annotations
@@ -50,6 +48,10 @@ WANTED: dict[int, tuple[int, int]] = {
     SASL_HANDSHAKE: (0, 1),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 3),
     SASL_AUTHENTICATE: (0, 2),
 }
 
