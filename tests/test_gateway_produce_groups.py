@@ -115,15 +115,6 @@ def test_produce_to_unknown_topic_fails_cleanly(gw: tuple[str, CoordinatorProc,
     assert errors and errors[0] is not None
 
 
-def test_transactional_producer_is_refused_not_half_served(gw: tuple[str, CoordinatorProc,
-                                                                     GatewayProc]) -> None:
-    from confluent_kafka import KafkaException
-    _root, _coord, gateway = gw
-    p = CKProducer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "tx-1"})
-    with pytest.raises(KafkaException):
-        p.init_transactions(20)
-
-
 def _poll_values(c: KafkaConsumer, seconds: float) -> list[bytes]:
     out: list[bytes] = []
     deadline = time.monotonic() + seconds
