@@ -12,6 +12,7 @@ the medians, and the median of the per-round ratios (gateway / direct), with the
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -46,6 +47,75 @@ def fetch_gateway(bootstrap: str, topic: str, records: int) -> float:
     dt = time.perf_counter() - t0
     c.close()
     return dt
+
+
+def fetch_raw_gateway(port: int, topic: str, end: int) -> float:
+    """Fetch requests (kio-encoded, v12, read_committed) in a loop over one connection,
+    batches counted from their headers and never decoded: what the gateway itself costs,
+    without a client's per-record work."""
+    import io
+    import socket
+    import struct
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_reader, entity_writer
+    from txnlog.log_format.arrow_codec import scan_batches
+
+    req_cls = load_request_schema(1, 12)
+    resp_cls = load_response_schema(1, 12)
+    mod = sys.modules[req_cls.__module__]
+    hdr_cls = req_cls.__header_schema__
+    sock = socket.create_connection(("127.0.0.1", port))
+    t0 = time.perf_counter()
+    offset, corr = 0, 0
+    try:
+        while offset < end:
+            corr += 1
+            req = req_cls(replica_id=-1, max_wait=datetime.timedelta(milliseconds=100),
+                          min_bytes=1, max_bytes=64 << 20, isolation_level=1,
+                          session_id=0, session_epoch=-1, cluster_id=None, rack_id="",
+                          forgotten_topics_data=(),
+                          topics=(mod.FetchTopic(topic=topic, partitions=(mod.FetchPartition(
+                              partition=0, fetch_offset=offset, partition_max_bytes=16 << 20,
+                              current_leader_epoch=-1, last_fetched_epoch=-1,
+                              log_start_offset=-1),)),))
+            buf = io.BytesIO()
+            entity_writer(hdr_cls)(buf, hdr_cls(request_api_key=1, request_api_version=12,
+                                                correlation_id=corr, client_id="bench"))
+            entity_writer(req_cls)(buf, req)
+            frame = buf.getvalue()
+            sock.sendall(struct.pack(">i", len(frame)) + frame)
+            size = struct.unpack(">i", _recv(sock, 4))[0]
+            data = _recv(sock, size)
+            _, n = entity_reader(resp_cls.__header_schema__)(data, 0)
+            resp, _ = entity_reader(resp_cls)(data, n)
+            records = resp.responses[0].partitions[0].records or b""
+            index = scan_batches(records, verify_crc=False)
+            if len(index):
+                offset = int(index["base_offset"][-1] + index["last_offset_delta"][-1]) + 1
+    finally:
+        sock.close()
+    return time.perf_counter() - t0
+
+
+def _recv(sock: object, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))  # type: ignore[attr-defined]
+        if not chunk:
+            raise ConnectionError("gateway closed the connection")
+        out += chunk
+    return bytes(out)
+
+
+def fetch_raw_direct(root: str, topic: str, end: int) -> float:
+    """The same stored batches through PartitionReader.read_raw, in-process."""
+    t0 = time.perf_counter()
+    r = PartitionReader(Storage.for_url(root), topic, 0, verify_crc=False)
+    offset = 0
+    while offset < end:
+        offset = r.read_raw(offset, 16 << 20).next_offset
+    return time.perf_counter() - t0
 
 
 def fetch_direct(root: str, topic: str, records: int) -> float:
@@ -99,12 +169,15 @@ def main() -> None:
         produce_direct(root, coord.endpoint or "", "src", args.records, value)
         fetch_gateway(gw.bootstrap, "src", args.records)  # warm both paths once
         fetch_direct(root, "src", args.records)
+        end = PartitionReader(Storage.for_url(root), "src", 0).latest_offset()
         for rnd in range(args.rounds):
             order = ("direct", "gateway") if rnd % 2 == 0 else ("gateway", "direct")
             res: dict[str, float] = {}
             for side in order:
                 res[f"fetch_{side}_s"] = fetch_gateway(gw.bootstrap, "src", args.records) \
                     if side == "gateway" else fetch_direct(root, "src", args.records)
+                res[f"raw_{side}_s"] = fetch_raw_gateway(gw.port or 0, "src", end) \
+                    if side == "gateway" else fetch_raw_direct(root, "src", end)
             for side in order:
                 topic = f"dst-{side}-{rnd}"
                 client.create_topic(topic, 1)
@@ -114,17 +187,22 @@ def main() -> None:
                                                              args.records, value)
             row = {"round": rnd, "load1": os.getloadavg()[0], **res,
                    "fetch_ratio": res["fetch_gateway_s"] / res["fetch_direct_s"],
+                   "raw_ratio": res["raw_gateway_s"] / res["raw_direct_s"],
                    "produce_ratio": res["produce_gateway_s"] / res["produce_direct_s"]}
             rows.append(row)
             print(f"round {rnd} load {row['load1']:.1f}: fetch gateway "
                   f"{args.records / res['fetch_gateway_s']:,.0f} rec/s "
                   f"({mb / res['fetch_gateway_s']:.1f} MB/s) vs direct "
-                  f"{args.records / res['fetch_direct_s']:,.0f} rec/s; produce gateway "
+                  f"{args.records / res['fetch_direct_s']:,.0f} rec/s; raw batches gateway "
+                  f"{mb / res['raw_gateway_s']:.1f} MB/s vs read_raw "
+                  f"{mb / res['raw_direct_s']:.1f} MB/s; produce gateway "
                   f"{args.records / res['produce_gateway_s']:,.0f} rec/s vs txnlog "
                   f"{args.records / res['produce_direct_s']:,.0f} rec/s", flush=True)
     fr = statistics.median(r["fetch_ratio"] for r in rows)
+    rr = statistics.median(r["raw_ratio"] for r in rows)
     pr = statistics.median(r["produce_ratio"] for r in rows)
-    print(f"median time ratio gateway/direct: fetch {fr:.2f}x, produce {pr:.2f}x "
+    print(f"median time ratio gateway/direct: fetch (librdkafka consumer vs Arrow decode) "
+          f"{fr:.2f}x, raw batches (Fetch loop vs read_raw) {rr:.2f}x, produce {pr:.2f}x "
           f"({args.records} records of {args.value_bytes} B, load {os.getloadavg()[0]:.1f})")
     if args.json:
         print(json.dumps(rows))
