@@ -34,7 +34,9 @@ from .errors import (
     NotCoordinatorError,
     UnknownServerError,
 )
+from .group_membership import GROUP_OPERATIONS
 from .http_server import Reply
+from .kafka_txn import KAFKA_TXN_OPERATIONS
 from .metrics import Metrics
 from .request_limits import check_request, parse_body
 from .transaction_coordinator import TransactionCoordinator
@@ -235,4 +237,6 @@ OPERATIONS: dict[str, Handler] = {
     "create_topic": _create_topic, "describe_topic": _describe_topic,
     "list_topics": _list_topics, "describe_txn": _describe_txn, "stable": _stable,
     **ADMIN_OPERATIONS,  # list/delete groups, list/describe/abort transactions, producers
+    **GROUP_OPERATIONS,  # consumer-group membership for gateways (group_membership.py)
+    **KAFKA_TXN_OPERATIONS,  # Kafka clients' transactions through gateways (kafka_txn.py)
 }

@@ -17,6 +17,8 @@ import sys
 SUBCOMMANDS = {
     "dump": ("txnlog.log_format.dump", "print log, index and txnindex files like kafka-dump-log"),
     "coordinator": ("txnlog.coordinator.server", "run the transaction coordinator for a root"),
+    "gateway": ("txnlog.coordinator.gateway.server",
+                "serve a root to Kafka clients over Kafka's wire protocol"),
     # Kafka's admin tools (admin_cli.py picks the flags by the subcommand's name)
     "topics": ("txnlog.coordinator.admin_cli", "list/describe/create topics (kafka-topics)"),
     "groups": ("txnlog.coordinator.admin_cli",

@@ -110,6 +110,7 @@ def _part(**extra: Int) -> ListOf:
 _PRODUCER = {"producer_id": Field(PRODUCER_ID), "epoch": Field(EPOCH)}
 _TXN_PRODUCER = {"transactional_id": Field(TXN_ID), **_PRODUCER}
 WRITTEN = _part(base_offset=OFFSET)
+GROUP_BYTES = Str(max_bytes=4 << 20, min_chars=0)  # base64 of a group's metadata/assignment
 
 OPERATION_SHAPES: dict[str, Obj] = {
     "init_producer_id": Obj({
@@ -157,6 +158,46 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "topic": Field(TOPIC, required=False, nullable=True),
         "partition": Field(PARTITION, required=False, nullable=True),
         "start_offset": Field(OFFSET, required=False, nullable=True)}),
+    # consumer-group membership (group_membership.py); metadata and assignments: base64
+    "join_group": Obj({
+        "group_id": Field(Str()), "member_id": Field(Str(min_chars=0)),
+        "client_id": Field(Str(min_chars=0), required=False, default=""),
+        "session_timeout_ms": Field(Int(*INT32)), "rebalance_timeout_ms": Field(Int(*INT32)),
+        "protocol_type": Field(Str(min_chars=0)),
+        "require_known_member_id": Field(Bool(), required=False, default=False),
+        "protocols": Field(ListOf(Obj({"name": Field(Str()),
+                                       "metadata": Field(GROUP_BYTES)}), max_items=1_000))}),
+    "sync_group": Obj({
+        "group_id": Field(Str()), "member_id": Field(Str()),
+        "generation_id": Field(Int(*INT32)),
+        "assignments": Field(ListOf(Obj({"member_id": Field(Str()),
+                                         "assignment": Field(GROUP_BYTES)})),
+                             required=False, nullable=True)}),
+    "group_heartbeat": Obj({"group_id": Field(Str()), "member_id": Field(Str(min_chars=0)),
+                            "generation_id": Field(Int(*INT32))}),
+    "leave_group": Obj({"group_id": Field(Str()), "member_ids": Field(ListOf(Str()))}),
+    "commit_offsets": Obj({
+        "group_id": Field(Str()), "member_id": Field(Str(min_chars=0)),
+        "generation_id": Field(Int(*INT32)),
+        "offsets": Field(ListOf(Obj({
+            "topic": Field(TOPIC), "partition": Field(PARTITION), "offset": Field(OFFSET),
+            "metadata": Field(Str(min_chars=0), required=False, default="")})))}),
+    "describe_group": Obj({"group_id": Field(Str())}),
+    # Kafka clients' transactions through gateways (kafka_txn.py)
+    "kafka_init_producer_id": Obj({
+        "transactional_id": Field(TXN_ID), "transaction_timeout_ms": Field(TIMEOUT_MS),
+        "producer_id": Field(PRODUCER_ID, required=False, default=-1),
+        "epoch": Field(EPOCH, required=False, default=-1)}),
+    "kafka_txn_check": Obj(dict(_TXN_PRODUCER)),
+    "kafka_reserve": Obj({**_TXN_PRODUCER, "partitions": Field(_part(
+        base_sequence=Int(0, INT32[1]), count=Int(1, INT32[1])))}),
+    "kafka_add_offsets": Obj({**_TXN_PRODUCER, "group_id": Field(Str()),
+                              "offsets": Field(ListOf(Obj({
+                                  "topic": Field(TOPIC), "partition": Field(PARTITION),
+                                  "offset": Field(OFFSET),
+                                  "metadata": Field(Str(min_chars=0), required=False,
+                                                    default="")})))}),
+    "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
 }
 
 def deeper_than(value: Any, limit: int) -> bool:

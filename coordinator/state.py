@@ -63,6 +63,9 @@ class CoordinatorState:
     # Every partition was looked at for merging once (roots written before merging existed
     # convert by that sweep; a root that has it needs no sweep at start).
     merge_swept: bool = False
+    # Kafka clients' transactional ids: tid -> [producer id, the epoch InitProducerId gave
+    # the client], which it keeps across EndTxn (kafka_txn.py; record kind kafka_client)
+    kafka_clients: dict[str, list[int]] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -231,6 +234,9 @@ class CoordinatorState:
         if parts is None or not group:
             self.group_offsets.pop(d["group"], None)
 
+    def _apply_kafka_client(self, d: dict[str, Any]) -> None:
+        self.kafka_clients[d["tid"]] = [d["pid"], d["epoch"]]
+
     def _apply_txn(self, d: dict[str, Any]) -> None:
         tid = d["tid"]
         if d.get("tombstone"):
@@ -390,6 +396,7 @@ class CoordinatorState:
             **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
                if self.merges else {}),
             **({"merge_swept": True} if self.merge_swept else {}),
+            **({"kafka_clients": self.kafka_clients} if self.kafka_clients else {}),
         }
 
     @classmethod
@@ -426,6 +433,7 @@ class CoordinatorState:
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
         st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
         st.merge_swept = bool(s.get("merge_swept"))
+        st.kafka_clients = {k: list(v) for k, v in s.get("kafka_clients", {}).items()}
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

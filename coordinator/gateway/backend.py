@@ -1,0 +1,156 @@
+"""What every handler of one gateway shares: storage, the coordinator, caches, thread pools.
+
+The gateway keeps no state that matters: topic metadata and stable snapshots are caches of
+storage (refreshed on a short clock, never moved backwards), partition readers are caches
+of listings, and the coordinator client follows ``_coordinator.json`` after a failover. A
+gateway can therefore be killed and restarted, or run many times over one root.
+
+Storage and the coordinator client are synchronous (s3fs, ``http.client``), so their calls
+run on thread pools: ``io`` for reads and writes, ``waits`` for coordinator calls that may
+be held for a long time (JoinGroup, SyncGroup wait for a rebalance), so a rebalance never
+starves fetches of threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from txnlog.log_format import layout, topics
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.stable import StableSnapshot, read_latest_stable
+from txnlog.log_format.storage import Storage
+
+from ..client import CoordinatorClient
+from ..errors import NotCoordinatorError
+from ..security import Credentials
+
+T = TypeVar("T")
+TOPIC_TTL_S = 5.0          # topic metadata (partition counts never shrink)
+UNKNOWN_TOPIC_TTL_S = 1.0  # a topic found missing is looked up again after this
+STABLE_MIN_AGE_S = 0.02    # stable snapshot: at most one LIST+GET per 20 ms per gateway
+
+
+@dataclass
+class GatewayConfig:
+    root: str
+    node_id: int = 0
+    advertised_host: str = "127.0.0.1"
+    advertised_port: int = 9092
+    cluster_id: str = "txnlog"
+    storage_options: dict[str, Any] | None = None
+    coordinator: str | None = None  # endpoint; default: the root's _coordinator.json
+    credentials: Credentials | None = None
+    sasl_token: str | None = None   # SASL/PLAIN password every client must give
+    io_threads: int = 16
+    wait_threads: int = 64
+    fetch_poll_s: float = 0.05      # how often a long-polling Fetch looks for new data
+    max_request_bytes: int = 100 << 20  # Kafka's socket.request.max.bytes
+
+
+class Backend:
+    """Storage, coordinator and caches of one gateway process."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.storage = Storage.for_url(config.root, config.storage_options)
+        self.io = ThreadPoolExecutor(config.io_threads, thread_name_prefix="gw-io")
+        self.waits = ThreadPoolExecutor(config.wait_threads, thread_name_prefix="gw-wait")
+        self._client: CoordinatorClient | None = None
+        self._client_lock = threading.Lock()
+        self._topics: dict[str, tuple[float, int | None]] = {}
+        self._snapshot: StableSnapshot | None = None
+        self._snapshot_at = 0.0
+        self._snapshot_lock = threading.Lock()
+        self._readers: dict[tuple[str, int, str], tuple[threading.Lock, PartitionReader]] = {}
+        self._readers_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.io.shutdown(wait=False, cancel_futures=True)
+        self.waits.shutdown(wait=False, cancel_futures=True)
+
+    # ---- threads ---------------------------------------------------------------------
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.io, fn, *args)
+
+    async def wait(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.waits, fn, *args)
+
+    # ---- coordinator -----------------------------------------------------------------
+    @property
+    def client(self) -> CoordinatorClient:
+        """The root's coordinator (never started here: a gateway only follows it)."""
+        with self._client_lock:
+            if self._client is None:
+                endpoint = self.config.coordinator
+                if endpoint is None:
+                    try:
+                        info = json.loads(self.storage.get(layout.COORDINATOR_FILE))
+                        endpoint = info["endpoint"]
+                    except (FileNotFoundError, ValueError, KeyError, TypeError):
+                        raise NotCoordinatorError(
+                            f"no coordinator is registered for {self.config.root} "
+                            "(start one with `txnlog coordinator --root ...`)") from None
+                self._client = CoordinatorClient(
+                    endpoint, timeout=30.0, retry_for=10.0, root=self.config.root,
+                    storage_options=self.config.storage_options,
+                    credentials=self.config.credentials or Credentials.resolve())
+            return self._client
+
+    def long_client(self, timeout_s: float) -> CoordinatorClient:
+        """A client for one call held up to ``timeout_s`` (a rebalance's JoinGroup)."""
+        base = self.client
+        c = CoordinatorClient(base.endpoint, timeout=timeout_s + 10.0, retry_for=10.0,
+                              root=self.config.root,
+                              storage_options=self.config.storage_options,
+                              credentials=base.credentials)
+        return c
+
+    # ---- topics ----------------------------------------------------------------------
+    def partitions(self, topic: str) -> int | None:
+        """The topic's partition count, None if it does not exist (cached briefly)."""
+        now = time.monotonic()
+        hit = self._topics.get(topic)
+        if hit is not None:
+            at, n = hit
+            if now - at < (TOPIC_TTL_S if n is not None else UNKNOWN_TOPIC_TTL_S):
+                return n
+        try:
+            layout.validate_topic(topic)
+            n = topics.read_topic(self.storage, topic).partitions
+        except (topics.UnknownTopicError, ValueError):
+            n = None
+        self._topics[topic] = (now, n)
+        return n
+
+    def list_topics(self) -> list[str]:
+        return sorted(topics.list_topics(self.storage))
+
+    # ---- what readers trust ----------------------------------------------------------
+    def snapshot(self, max_age_s: float = STABLE_MIN_AGE_S) -> StableSnapshot | None:
+        """The newest published stable state, read again once older than ``max_age_s``."""
+        with self._snapshot_lock:
+            now = time.monotonic()
+            if self._snapshot is None or now - self._snapshot_at >= max_age_s:
+                self._snapshot = read_latest_stable(self.storage, not_below=self._snapshot)
+                self._snapshot_at = now
+            return self._snapshot
+
+    def reader(self, topic: str, partition: int, isolation: str
+               ) -> tuple[threading.Lock, PartitionReader]:
+        """A cached reader (and the lock its user holds: readers are not thread-safe)."""
+        key = (topic, partition, isolation)
+        with self._readers_lock:
+            got = self._readers.get(key)
+            if got is None:
+                got = (threading.Lock(), PartitionReader(
+                    self.storage, topic, partition, isolation_level=isolation,  # type: ignore[arg-type]
+                    verify_crc=False))
+                self._readers[key] = got
+            return got

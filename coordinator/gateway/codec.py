@@ -1,0 +1,144 @@
+"""Kafka request/response framing through ``kio`` (generated from Kafka's message schemas).
+
+A request frame is ``int32 size`` + request header + body; the header's version follows
+from the API's flexibility, which kio knows per (api key, version). ``peek_header`` reads
+the four fixed leading fields by hand because ApiVersions must be answered even for a
+version kio (or this gateway) does not know, as a broker does. ``build`` turns plain dicts
+into kio entities for one response version, dropping the fields that version lacks, so a
+handler writes one dict for every version it serves.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import sys
+import types
+import typing
+from dataclasses import MISSING, fields
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+_FIXED = struct.Struct(">hhi")
+
+
+class FrameError(Exception):
+    """A frame this gateway cannot parse: the connection is closed (Kafka does the same)."""
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame (without its size)."""
+    if len(frame) < _FIXED.size:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
+    return _FIXED.unpack_from(frame, 0)
+
+
+def request_class(api_key: int, version: int) -> type[Any] | None:
+    """kio's request class, or None when kio has no such API or version."""
+    try:
+        return load_request_schema(api_key, version)
+    except Exception:
+        return None
+
+
+def parse_request(frame: bytes, cls: type[Any]) -> tuple[Any, Any]:
+    """(header, body) of a request frame whose API key and version have class ``cls``."""
+    try:
+        header, n = entity_reader(cls.__header_schema__)(frame, 0)
+        body, _ = entity_reader(cls)(frame, n)
+    except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError,
+            IndexError, KeyError) as exc:
+        raise FrameError(f"malformed {cls.__name__} v{cls.__version__}: {exc!r}") from None
+    return header, body
+
+
+def response_class(api_key: int, version: int) -> type[Any]:
+    return load_response_schema(api_key, version)
+
+
+def encode_response(cls: type[Any], correlation_id: int, body: Any) -> bytes:
+    """The response frame: size, response header (kio's version for this API), body."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_cls = cls.__header_schema__
+    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    entity_writer(cls)(buf, body)
+    out = buf.getbuffer()
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return bytes(out)
+
+
+# ------------------------------------------------------------------ dicts -> kio entities
+def _entity_of(tp: Any) -> tuple[str, type[Any] | None]:
+    """('one'|'many'|'plain', entity class) for a field's annotation."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _entity_of(args[0]) if len(args) == 1 else ("plain", None)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if args and hasattr(args[0], "__dataclass_fields__"):
+            return "many", args[0]
+        return "plain", None
+    if hasattr(tp, "__dataclass_fields__"):
+        return "one", tp
+    return "plain", None
+
+
+_FIELD_CACHE: dict[type[Any], list[tuple[str, str, str, type[Any] | None, bool]]] = {}
+
+
+def _fields(cls: type[Any]) -> list[tuple[str, str, str, type[Any] | None, bool]]:
+    got = _FIELD_CACHE.get(cls)
+    if got is None:
+        hints = typing.get_type_hints(cls, sys.modules[cls.__module__].__dict__)
+        got = []
+        for f in fields(cls):
+            if not f.init:
+                continue
+            kind, ent = _entity_of(hints[f.name])
+            required = f.default is MISSING and f.default_factory is MISSING
+            got.append((f.name, f.metadata.get("kafka_type", ""), kind, ent, required))
+        _FIELD_CACHE[cls] = got
+    return got
+
+
+def build(cls: type[Any], values: dict[str, Any]) -> Any:
+    """A kio entity of ``cls`` from a plain dict: fields ``cls`` lacks are dropped, nested
+    dicts/lists become nested entities, error codes and durations get kio's types."""
+    kw: dict[str, Any] = {}
+    for name, kafka_type, kind, ent, _required in _fields(cls):
+        if name not in values:
+            continue
+        v = values[name]
+        if v is None:
+            kw[name] = None
+        elif kind == "many":
+            kw[name] = tuple(x if not isinstance(x, dict) else build(ent, x)  # type: ignore[arg-type]
+                             for x in v)
+        elif kind == "one":
+            kw[name] = build(ent, v) if isinstance(v, dict) else v  # type: ignore[arg-type]
+        elif kafka_type == "error_code":
+            kw[name] = ErrorCode(int(v))
+        elif kafka_type in ("timedelta_i32", "timedelta_i64"):
+            kw[name] = v if isinstance(v, datetime.timedelta) else \
+                datetime.timedelta(milliseconds=int(v))
+        else:
+            kw[name] = v
+    return cls(**kw)
+
+
+def has_field(cls: type[Any], name: str) -> bool:
+    return any(f[0] == name for f in _fields(cls))
+
+
+def ms(value: Any) -> int:
+    """A kio duration (timedelta) or a plain number as milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

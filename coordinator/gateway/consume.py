@@ -1,0 +1,196 @@
+"""Metadata, ListOffsets and Fetch: what a consumer asks, answered from storage alone.
+
+Fetch serves the stored record batches verbatim (``PartitionReader.read_raw``): no
+decoding, no re-encoding, CRCs untouched, control batches and aborted batches included as
+a broker includes them. The bound is the published stable state's LSO (read_committed) or
+HW (read_uncommitted), and ``aborted_transactions`` is Kafka's broker-side collection from
+the ``.txnindex`` objects for the range served, so the client's own read_committed filter
+drops exactly what Kafka's would. Long polling (``max_wait_ms``/``min_bytes``) re-reads the
+stable state every ``fetch_poll_s`` and answers as soon as enough bytes are readable.
+
+Every partition of one gateway is led by that gateway's node id: a txnlog root has no
+replicas and no leaders, and any gateway serves any partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from txnlog.log_format import layout
+
+from ..admin import _max_timestamp
+from . import errors as E
+from .backend import Backend
+from .codec import ms as _ms
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+ZERO_UUID = uuid.UUID(int=0)
+NO_OPS = -2147483648  # Kafka's "authorized operations not requested"
+
+
+def _isolation(level: int) -> str:
+    return "read_committed" if level == 1 else "read_uncommitted"
+
+
+# --------------------------------------------------------------------------- Metadata
+async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    cfg = backend.config
+    if req.topics is None or (version == 0 and not req.topics):
+        names = await backend.run(backend.list_topics)
+    else:
+        names = [t.name for t in req.topics if t.name is not None]
+    counts = await asyncio.gather(*(backend.run(backend.partitions, n) for n in names))
+    topics = []
+    for name, n in zip(names, counts, strict=True):
+        if n is None:
+            try:
+                layout.validate_topic(name)
+                code = E.UNKNOWN_TOPIC_OR_PARTITION
+            except ValueError:
+                code = E.INVALID_TOPIC_EXCEPTION
+            topics.append({"error_code": code, "name": name, "topic_id": ZERO_UUID,
+                           "is_internal": False, "partitions": [],
+                           "topic_authorized_operations": NO_OPS})
+            continue
+        node = cfg.node_id
+        topics.append({
+            "error_code": 0, "name": name, "topic_id": ZERO_UUID,
+            "is_internal": name.startswith("__"),
+            "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node,
+                            "leader_epoch": 0, "replica_nodes": (node,), "isr_nodes": (node,),
+                            "offline_replicas": ()} for p in range(n)],
+            "topic_authorized_operations": NO_OPS})
+    return {"throttle_time": 0, "cluster_id": cfg.cluster_id, "controller_id": cfg.node_id,
+            "brokers": [{"node_id": cfg.node_id, "host": cfg.advertised_host,
+                         "port": cfg.advertised_port, "rack": None}],
+            "topics": topics, "cluster_authorized_operations": NO_OPS}
+
+
+# ------------------------------------------------------------------------ ListOffsets
+def _list_one(backend: Backend, topic: str, partition: int, spec: int, isolation: str,
+              snap: Any) -> dict[str, Any]:
+    n = backend.partitions(topic)
+    out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1,
+                           "offset": -1, "leader_epoch": 0, "old_style_offsets": ()}
+    if n is None or not 0 <= partition < n:
+        out["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+        return out
+    lock, reader = backend.reader(topic, partition, isolation)
+    try:
+        with lock:
+            reader.advance_snapshot(snap)
+            if spec == EARLIEST:
+                out["offset"] = reader.earliest_offset()
+            elif spec == LATEST:
+                out["offset"] = reader.latest_offset()
+            elif spec == MAX_TIMESTAMP:
+                out.update(_max_timestamp(reader))
+            elif spec >= 0:
+                found = reader.offset_for_timestamp(spec)
+                if found is not None:
+                    out["offset"], out["timestamp"] = found, spec
+            else:
+                out["error_code"] = E.INVALID_REQUEST
+    except Exception as exc:
+        out["error_code"] = E.code_of(exc)
+    return out
+
+
+async def list_offsets(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    isolation = _isolation(getattr(req, "isolation_level", 0))
+    snap = await backend.run(backend.snapshot)
+    topics = []
+    for t in req.topics:
+        parts = await asyncio.gather(*(backend.run(
+            _list_one, backend, t.name, p.partition_index, p.timestamp, isolation, snap)
+            for p in t.partitions))
+        topics.append({"name": t.name, "partitions": list(parts)})
+    return {"throttle_time": 0, "topics": topics}
+
+
+# ------------------------------------------------------------------------------ Fetch
+def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit: int,
+               isolation: str, snap: Any) -> tuple[dict[str, Any], int]:
+    """One partition's answer and how many bytes of records it holds."""
+    out: dict[str, Any] = {"partition_index": partition, "error_code": 0,
+                           "high_watermark": -1, "last_stable_offset": -1,
+                           "log_start_offset": -1, "aborted_transactions": None,
+                           "preferred_read_replica": -1, "records": b""}
+    n = backend.partitions(topic)
+    if n is None or not 0 <= partition < n:
+        out["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+        return out, 0
+    lock, reader = backend.reader(topic, partition, isolation)
+    try:
+        with lock:
+            reader.advance_snapshot(snap)
+            hw, lso = reader.high_watermark(), reader.last_stable_offset()
+            start = reader.earliest_offset() if hw > 0 else 0
+            out.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
+            if offset < start or offset > hw:
+                out["error_code"] = E.OFFSET_OUT_OF_RANGE
+                return out, 0
+            if isolation == "read_committed":
+                out["aborted_transactions"] = []
+            if limit <= 0:
+                return out, 0
+            raw = reader.read_raw(offset, limit)
+            if raw.data and isolation == "read_committed":
+                out["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in reader.aborted_transactions(offset, raw.next_offset)]
+            out["records"] = raw.data
+            return out, len(raw.data)
+    except Exception as exc:
+        out["error_code"] = E.code_of(exc)
+        return out, 0
+
+
+def _fetch_all(backend: Backend, wanted: list[tuple[str, int, int, int]], max_bytes: int,
+               isolation: str, snap: Any) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
+    """Every partition read in order; the response size stays within ``max_bytes`` except
+    for the first batch served (KIP-74)."""
+    answers: list[tuple[str, dict[str, Any]]] = []
+    total = 0
+    failed = False
+    for topic, partition, offset, part_max in wanted:
+        limit = part_max if total == 0 else min(part_max, max_bytes - total)
+        ans, size = _fetch_one(backend, topic, partition, offset, limit, isolation, snap)
+        total += size
+        failed = failed or ans["error_code"] != 0
+        answers.append((topic, ans))
+    return answers, total, failed
+
+
+async def fetch(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    isolation = _isolation(getattr(req, "isolation_level", 0))
+    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+              for t in req.topics for p in t.partitions]
+    max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
+    wait_s = max(0.0, min(_ms(req.max_wait), 60_000) / 1000.0)
+    deadline = time.monotonic() + wait_s
+    min_bytes = max(0, req.min_bytes)
+    seen_key: Any = object()  # no snapshot read yet
+    while True:
+        snap = await backend.run(backend.snapshot)
+        key = snap.key if snap is not None else None
+        if key != seen_key:
+            seen_key = key
+            answers, total, failed = await backend.run(
+                _fetch_all, backend, wanted, max_bytes, isolation, snap)
+            if total >= min_bytes or failed or not wanted:
+                break
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(backend.config.fetch_poll_s,
+                                max(0.0, deadline - time.monotonic())))
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, ans in answers:
+        by_topic.setdefault(topic, []).append(ans)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0,
+            "responses": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+

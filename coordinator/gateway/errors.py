@@ -1,0 +1,49 @@
+"""Kafka's error codes as the gateway answers them, and how txnlog's errors map onto them."""
+
+from __future__ import annotations
+
+from txnlog.log_format.errors import LogFormatError
+from txnlog.log_format.storage import StorageError
+
+from ..errors import CoordinatorError
+
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_TOPIC_EXCEPTION = 17
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+KAFKA_STORAGE_ERROR = 56
+SASL_AUTHENTICATION_FAILED = 58
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+INVALID_RECORD = 87
+UNKNOWN_SERVER_ERROR = -1
+
+
+def code_of(exc: BaseException) -> int:
+    """The Kafka error code a failure is answered with."""
+    if isinstance(exc, CoordinatorError):
+        if exc.code == NOT_COORDINATOR or exc.name == "NotCoordinator":
+            # the coordinator is unreachable or stopping: clients retry NotCoordinator
+            return NOT_COORDINATOR
+        return exc.code
+    if isinstance(exc, StorageError | OSError):
+        return KAFKA_STORAGE_ERROR
+    if isinstance(exc, LogFormatError):
+        return CORRUPT_MESSAGE
+    return UNKNOWN_SERVER_ERROR

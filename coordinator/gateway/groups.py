@@ -1,0 +1,143 @@
+"""FindCoordinator, consumer groups and their offsets, forwarded to the coordinator.
+
+Every gateway answers FindCoordinator with itself: the decisions are the coordinator's
+(``group_membership``), reached through whichever gateway a client talks to. JoinGroup and
+SyncGroup are held until the rebalance step completes, so they run on the ``waits`` pool
+with a timeout above the group's rebalance timeout. Offsets committed here and read by
+OffsetFetch are the same group offsets Spark's ``groupId`` commits and reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txnlog.log_format.layout import TopicPartition
+
+from ..group_membership import b64, unb64
+from . import errors as E
+from .backend import Backend
+from .codec import ms
+
+DEFAULT_REBALANCE_MS = 300_000
+
+
+def _unavailable(exc: BaseException) -> int:
+    code = E.code_of(exc)
+    # a coordinator that cannot be reached is retriable for a group member
+    return E.COORDINATOR_NOT_AVAILABLE if code in (E.NOT_COORDINATOR, E.KAFKA_STORAGE_ERROR,
+                                                   E.UNKNOWN_SERVER_ERROR) else code
+
+
+async def find_coordinator(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    cfg = backend.config
+    me = {"node_id": cfg.node_id, "host": cfg.advertised_host, "port": cfg.advertised_port,
+          "error_code": 0, "error_message": None}
+    keys = list(getattr(req, "coordinator_keys", None) or ())
+    if version < 4:
+        return {"throttle_time": 0, **me}
+    return {"throttle_time": 0, "coordinators": [{"key": k, **me} for k in keys]}
+
+
+async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    rebalance_ms = ms(req.rebalance_timeout) if version >= 1 else ms(req.session_timeout)
+    body = {"group_id": req.group_id, "member_id": req.member_id or "",
+            "session_timeout_ms": ms(req.session_timeout),
+            "rebalance_timeout_ms": rebalance_ms or DEFAULT_REBALANCE_MS,
+            "protocol_type": req.protocol_type,
+            "require_known_member_id": version >= 4,
+            "protocols": [{"name": p.name, "metadata": b64(p.metadata)}
+                          for p in req.protocols]}
+    try:
+        client = backend.long_client(rebalance_ms / 1000)
+        r = await backend.wait(client.call, "join_group", body)
+    except Exception as exc:
+        return {"throttle_time": 0, "error_code": _unavailable(exc), "generation_id": -1,
+                "protocol_type": None, "protocol_name": None, "leader": "",
+                "member_id": req.member_id or "", "members": []}
+    r["members"] = [{"member_id": m["member_id"], "group_instance_id": None,
+                     "metadata": unb64(m["metadata"])} for m in r["members"]]
+    if version < 7 and r.get("protocol_name") is None:
+        r["protocol_name"] = ""
+    return {"throttle_time": 0, **r}
+
+
+async def sync_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    body = {"group_id": req.group_id, "member_id": req.member_id,
+            "generation_id": req.generation_id,
+            "assignments": [{"member_id": a.member_id, "assignment": b64(a.assignment)}
+                            for a in req.assignments]}
+    try:
+        client = backend.long_client(DEFAULT_REBALANCE_MS / 1000)
+        r = await backend.wait(client.call, "sync_group", body)
+    except Exception as exc:
+        return {"throttle_time": 0, "error_code": _unavailable(exc), "assignment": b"",
+                "protocol_type": None, "protocol_name": None}
+    return {"throttle_time": 0, "error_code": r["error_code"],
+            "assignment": unb64(r.get("assignment") or ""),
+            "protocol_type": r.get("protocol_type"), "protocol_name": r.get("protocol_name")}
+
+
+async def heartbeat(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    try:
+        r = await backend.run(backend.client.call, "group_heartbeat", {
+            "group_id": req.group_id, "member_id": req.member_id,
+            "generation_id": req.generation_id})
+        code = r["error_code"]
+    except Exception as exc:
+        code = _unavailable(exc)
+    return {"throttle_time": 0, "error_code": code}
+
+
+async def leave_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    ids = [m.member_id for m in req.members] if version >= 3 else [req.member_id]
+    try:
+        r = await backend.run(backend.client.call, "leave_group",
+                              {"group_id": req.group_id, "member_ids": ids})
+    except Exception as exc:
+        return {"throttle_time": 0, "error_code": _unavailable(exc), "members": []}
+    members = [{"member_id": m["member_id"], "group_instance_id": None,
+                "error_code": m["error_code"]} for m in r["members"]]
+    code = members[0]["error_code"] if version < 3 and members else 0
+    return {"throttle_time": 0, "error_code": code, "members": members}
+
+
+async def offset_commit(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    offsets = [{"topic": t.name, "partition": p.partition_index,
+                "offset": p.committed_offset, "metadata": p.committed_metadata or ""}
+               for t in req.topics for p in t.partitions]
+    generation = getattr(req, "generation_id_or_member_epoch",
+                         getattr(req, "generation_id", -1))
+    code = 0
+    if any(o["offset"] < 0 for o in offsets):
+        code = E.INVALID_REQUEST
+    elif offsets:
+        try:
+            r = await backend.run(backend.client.call, "commit_offsets", {
+                "group_id": req.group_id, "member_id": req.member_id or "",
+                "generation_id": generation, "offsets": offsets})
+            code = r["error_code"]
+        except Exception as exc:
+            code = _unavailable(exc)
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                         "error_code": code} for p in t.partitions]}
+        for t in req.topics]}
+
+
+async def offset_fetch(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    try:
+        committed = await backend.run(backend.client.committed_offsets, req.group_id)
+        code = 0
+    except Exception as exc:
+        committed, code = {}, _unavailable(exc)
+    if req.topics is None:
+        wanted: dict[str, list[int]] = {}
+        for tp in sorted(committed):
+            wanted.setdefault(tp.topic, []).append(tp.partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in req.topics}
+    topics = [{"name": name, "partitions": [
+        {"partition_index": p, "committed_offset": committed.get(TopicPartition(name, p), -1),
+         "committed_leader_epoch": -1, "metadata": "", "error_code": code}
+        for p in parts]} for name, parts in wanted.items()]
+    return {"throttle_time": 0, "topics": topics, "error_code": code}

@@ -1,0 +1,231 @@
+"""InitProducerId and Produce: a Kafka producer's batches written through txnlog's one
+write path (reserve → stamp → put-if-absent → confirm, ``segment_writer``'s steps).
+
+A Produce request carries one v2 batch per partition. Its producer id, epoch and base
+sequence go to the coordinator's Reserve as they are, so Kafka's idempotence is the
+coordinator's: a retried batch (same sequence) gets the same offsets, a gap is
+OutOfOrderSequence, an old epoch InvalidProducerEpoch/ProducerFenced. The batch is stored
+verbatim apart from its baseOffset (outside the CRC, as a broker assigns it), put-if-absent
+at ``<topic>-<p>/<base>.log``, then confirmed. A non-transactional batch is acknowledged
+once the stable state shows it (``wait_stable``), so a consumer that starts after the ack
+reads it, as after a broker's acks=all; a transactional one becomes visible with its
+EndTxn.
+
+A producer without an id (``enable.idempotence=false``, producer id -1) writes through a
+gateway-owned idempotent producer id of its connection, whose sequences the gateway keeps;
+the stored batch still says -1, as a broker stores it. If that id's state is in doubt (a
+reserve that failed), the connection takes a new id: the old one's open reservation is
+fenced by the coordinator's timers, never half-visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from txnlog.log_format import layout
+from txnlog.log_format.arrow_codec import scan_batches
+from txnlog.log_format.batch_header import (
+    CONTROL_FLAG,
+    TRANSACTIONAL_FLAG,
+    parse_header,
+    set_base_offset,
+)
+from txnlog.log_format.errors import LogFormatError
+from txnlog.log_format.layout import TopicPartition
+
+from ..errors import CoordinatorError, ProducerFencedError
+from . import errors as E
+from .backend import Backend
+from .codec import ms
+
+if TYPE_CHECKING:
+    from .server import Connection
+
+RETRIABLE_CODES = {E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS,
+                   E.COORDINATOR_NOT_AVAILABLE, E.KAFKA_STORAGE_ERROR, E.UNKNOWN_SERVER_ERROR}
+
+
+@dataclass
+class GatewayProducer:
+    """The idempotent producer id a connection writes id-less batches under."""
+
+    producer_id: int
+    epoch: int
+    sequences: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+async def init_producer_id(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    tid = req.transactional_id
+    try:
+        if tid is None:
+            pid, epoch = await backend.run(backend.client.init_producer_id, None)
+        else:
+            from .txn import init_transactional
+            pid, epoch = await init_transactional(
+                backend, tid, ms(req.transaction_timeout),
+                getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1))
+    except Exception as exc:
+        code = E.code_of(exc)
+        if code == E.NOT_COORDINATOR and tid is None:
+            code = E.COORDINATOR_NOT_AVAILABLE
+        return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+    return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+
+
+@dataclass
+class _Batch:
+    topic: str
+    partition: int
+    data: bytearray
+    producer_id: int
+    epoch: int
+    base_sequence: int
+    count: int
+    transactional: bool
+    error: int = 0
+    message: str | None = None
+    base_offset: int = -1
+
+
+def _parse(topic: str, partition: int, records: bytes | None) -> _Batch:
+    """The one v2 batch of a partition's records, checked (CRC too) before anything."""
+    bad = _Batch(topic, partition, bytearray(), -1, -1, -1, 0, False)
+    if not records:
+        bad.error, bad.message = E.INVALID_RECORD, "no record batch"
+        return bad
+    data = bytearray(records)
+    try:
+        index = scan_batches(data, source=f"produce {topic}-{partition}", verify_crc=True)
+        if len(index) != 1:
+            bad.error, bad.message = E.INVALID_RECORD, \
+                f"{len(index)} batches; a produce request holds one per partition"
+            return bad
+        h = parse_header(data, 0)
+    except LogFormatError as exc:
+        bad.error, bad.message = E.CORRUPT_MESSAGE, str(exc)
+        return bad
+    if h.attributes & CONTROL_FLAG:
+        bad.error, bad.message = E.INVALID_RECORD, "clients may not write control batches"
+        return bad
+    if h.records_count != h.last_offset_delta + 1 or h.records_count < 1:
+        bad.error, bad.message = E.INVALID_RECORD, "record count and last offset delta differ"
+        return bad
+    if len(data) != h.batch_length + 12:
+        bad.error, bad.message = E.CORRUPT_MESSAGE, "trailing bytes after the batch"
+        return bad
+    return _Batch(topic, partition, data, h.producer_id, h.producer_epoch, h.base_sequence,
+                  h.records_count, bool(h.attributes & TRANSACTIONAL_FLAG))
+
+
+def _write(backend: Backend, b: _Batch) -> bool:
+    set_base_offset(b.data, 0, b.base_offset)
+    return backend.storage.put_if_absent(
+        layout.segment_path(b.topic, b.partition, b.base_offset), bytes(b.data))
+
+
+async def _write_group(backend: Backend, pid: int, epoch: int, batches: list[_Batch],
+                       sequences: dict[TopicPartition, int] | None, wait_stable: bool,
+                       transactional_id: str | None = None) -> None:
+    """Reserve, write and confirm one producer's batches; sets each batch's outcome.
+
+    ``sequences``: the gateway's own sequence numbers (id-less producers) instead of the
+    batches' own."""
+    client = backend.client
+    want: dict[TopicPartition, tuple[int, int]] = {}
+    for b in batches:
+        tp = TopicPartition(b.topic, b.partition)
+        seq = b.base_sequence if sequences is None else sequences.get(tp, 0)
+        want[tp] = (seq, b.count)
+    if transactional_id is None:
+        bases = await backend.run(client.reserve, pid, epoch, want)
+    else:  # a Kafka client's transaction: its epoch and sequences are translated
+        r = await backend.run(client.call, "kafka_reserve", {
+            "transactional_id": transactional_id, "producer_id": pid, "epoch": epoch,
+            "partitions": [{"topic": t, "partition": p, "base_sequence": s, "count": c}
+                           for (t, p), (s, c) in want.items()]})
+        bases = {TopicPartition(x["topic"], x["partition"]): x["base_offset"]
+                 for x in r["partitions"]}
+        epoch = r["epoch"]  # the coordinator's, for the confirm
+    if sequences is not None:
+        for tp, (seq, count) in want.items():
+            sequences[tp] = seq + count
+    for b in batches:
+        b.base_offset = bases[TopicPartition(b.topic, b.partition)]
+    ok = await asyncio.gather(*(backend.run(_write, backend, b) for b in batches))
+    lost = [b for b, good in zip(batches, ok, strict=True) if not good]
+    for b in lost:
+        b.error, b.message = ProducerFencedError.code, \
+            "the offsets reserved for this batch were fenced before it was written"
+    done = [(b.topic, b.partition, b.base_offset) for b in batches if b.error == 0]
+    if done:
+        await backend.run(client.confirm, pid, epoch, done, wait_stable)
+
+
+async def produce(backend: Backend, req: Any, version: int, conn: Connection
+                  ) -> dict[str, Any] | None:
+    batches: list[_Batch] = []
+    for t in req.topic_data:
+        for p in t.partition_data:
+            b = _parse(t.name, p.index, p.records)
+            if b.error == 0:
+                n = await backend.run(backend.partitions, t.name)
+                if n is None or not 0 <= p.index < n:
+                    b.error, b.message = E.UNKNOWN_TOPIC_OR_PARTITION, None
+            batches.append(b)
+    good = [b for b in batches if b.error == 0]
+    groups: dict[tuple[int, int], list[_Batch]] = {}
+    for b in good:
+        groups.setdefault((b.producer_id, b.epoch), []).append(b)
+    for (pid, epoch), group in groups.items():
+        try:
+            if pid < 0:
+                if any(b.transactional for b in group):
+                    raise _BatchError(E.INVALID_RECORD, "a transactional batch needs an id")
+                if conn.producer is None:
+                    gp, ge = await backend.run(backend.client.init_producer_id, None)
+                    conn.producer = GatewayProducer(gp, ge)
+                gprod = conn.producer
+                try:
+                    await _write_group(backend, gprod.producer_id, gprod.epoch, group,
+                                       gprod.sequences, wait_stable=True)
+                except Exception:
+                    conn.producer = None  # its sequences are in doubt: a new id next time
+                    raise
+            else:
+                transactional = any(b.transactional for b in group)
+                tid = getattr(req, "transactional_id", None)
+                if transactional and not tid:
+                    raise _BatchError(E.INVALID_RECORD,
+                                      "a transactional batch needs the request's transactional id")
+                await _write_group(backend, pid, epoch, group, None,
+                                   wait_stable=not transactional,
+                                   transactional_id=tid if transactional else None)
+        except _BatchError as exc:
+            for b in group:
+                b.error, b.message = exc.code, str(exc)
+        except Exception as exc:
+            code = E.code_of(exc)
+            if code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS):
+                code = E.KAFKA_STORAGE_ERROR  # retriable for a producer: same sequences
+            for b in group:
+                b.error, b.message = code, str(exc)[:500] if isinstance(
+                    exc, CoordinatorError | OSError) else None
+    if req.acks == 0:
+        return None
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for b in batches:
+        by_topic.setdefault(b.topic, []).append({
+            "index": b.partition, "error_code": b.error,
+            "base_offset": b.base_offset if b.error == 0 else -1,
+            "log_append_time": None, "log_start_offset": -1, "record_errors": (),
+            "error_message": b.message})
+    return {"throttle_time": 0, "responses": [
+        {"name": t, "partition_responses": ps} for t, ps in by_topic.items()]}
+
+
+class _BatchError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code

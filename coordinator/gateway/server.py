@@ -1,0 +1,300 @@
+"""The gateway process: Kafka's framing over asyncio, one connection at a time in order.
+
+A connection reads ``int32 size`` + frame, answers, reads the next: requests of one
+connection are handled in order, as a broker does (clients pipeline and match responses by
+correlation id). What a broker would refuse ends the connection: a size below a header or
+above ``max_request_bytes``, an API key it does not serve, a version it does not serve (but
+ApiVersions, which is answered with UNSUPPORTED_VERSION and the versions it does serve, so
+a client can retry with one), a body that does not parse. A handler that fails answers
+nothing and closes the connection after logging it; the process and every other connection
+carry on. Nothing a client sends can crash or wedge the gateway.
+
+Authentication: with a token (``--token-file``), a client must complete SASL/PLAIN
+(SaslHandshake + SaslAuthenticate, password = the token) before anything but ApiVersions;
+TLS with ``--tls-cert``/``--tls-key``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import logging
+import signal
+import ssl
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..security import Credentials, read_token_file, server_ssl_context
+from . import codec, consume, groups, produce, txn
+from . import errors as E
+from . import versions as V
+from .backend import Backend, GatewayConfig
+
+log = logging.getLogger("txnlog.gateway")
+
+Handler = Callable[[Backend, Any, int], Awaitable[dict[str, Any] | None]]
+
+HANDLERS: dict[int, Handler] = {
+    V.METADATA: consume.metadata,
+    V.LIST_OFFSETS: consume.list_offsets,
+    V.FETCH: consume.fetch,
+    V.INIT_PRODUCER_ID: produce.init_producer_id,
+    V.FIND_COORDINATOR: groups.find_coordinator,
+    V.JOIN_GROUP: groups.join_group,
+    V.SYNC_GROUP: groups.sync_group,
+    V.HEARTBEAT: groups.heartbeat,
+    V.LEAVE_GROUP: groups.leave_group,
+    V.OFFSET_COMMIT: groups.offset_commit,
+    V.OFFSET_FETCH: groups.offset_fetch,
+    V.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+    V.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+    V.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
+    V.END_TXN: txn.end_txn,
+}
+
+
+def api_versions_body(error_code: int = 0) -> dict[str, Any]:
+    return {"error_code": error_code, "throttle_time": 0,
+            "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                         for k, (lo, hi) in sorted(V.SUPPORTED.items())]}
+
+
+class Connection:
+    """One client connection: its authentication state and its request loop."""
+
+    def __init__(self, gateway: Gateway, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.gateway = gateway
+        self.reader = reader
+        self.writer = writer
+        self.peer = writer.get_extra_info("peername")
+        self.authenticated = gateway.backend.config.sasl_token is None
+        self.handshake_done = False
+        self.producer: produce.GatewayProducer | None = None  # for producers without ids
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                head = await self.reader.readexactly(4)
+                size = int.from_bytes(head, "big", signed=True)
+                if size < 8 or size > self.gateway.backend.config.max_request_bytes:
+                    log.info("%s: request size %d refused; closing", self.peer, size)
+                    return
+                frame = await self.reader.readexactly(size)
+                answer = await self.handle(frame)
+                if answer is None:
+                    continue
+                if answer is False:
+                    return
+                self.writer.write(answer)
+                await self.writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, TimeoutError):
+            pass
+        finally:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def handle(self, frame: bytes) -> bytes | bool | None:
+        """The response frame, None (no response: acks=0), or False (close)."""
+        try:
+            api_key, version, correlation_id = codec.peek_header(frame)
+        except codec.FrameError:
+            return False
+        if api_key == V.API_VERSIONS and not V.supports(api_key, version):
+            # Kafka answers with v0 and its own versions, so the client can pick one
+            cls = codec.response_class(V.API_VERSIONS, 0)
+            return codec.encode_response(cls, correlation_id, codec.build(
+                cls, api_versions_body(E.UNSUPPORTED_VERSION)))
+        if not V.supports(api_key, version):
+            log.info("%s: api key %d version %d not served; closing", self.peer, api_key,
+                     version)
+            return False
+        req_cls = codec.request_class(api_key, version)
+        if req_cls is None:
+            return False
+        try:
+            _header, body = codec.parse_request(frame, req_cls)
+        except codec.FrameError as exc:
+            log.info("%s: %s; closing", self.peer, exc)
+            return False
+        resp_cls = codec.response_class(api_key, version)
+        try:
+            result = await self.dispatch(api_key, version, body)
+        except _Close as exc:
+            log.info("%s: %s; closing", self.peer, exc)
+            return False
+        except Exception:
+            log.exception("%s: api key %d v%d failed; closing", self.peer, api_key, version)
+            return False
+        if result is None:
+            return None
+        try:
+            return codec.encode_response(resp_cls, correlation_id, codec.build(resp_cls, result))
+        except Exception:
+            log.exception("%s: api key %d v%d: response not encodable; closing", self.peer,
+                          api_key, version)
+            return False
+
+    async def dispatch(self, api_key: int, version: int, body: Any) -> dict[str, Any] | None:
+        if api_key == V.API_VERSIONS:
+            return api_versions_body()
+        if api_key == V.SASL_HANDSHAKE:
+            return self.sasl_handshake(body)
+        if api_key == V.SASL_AUTHENTICATE:
+            return self.sasl_authenticate(body)
+        if not self.authenticated:
+            raise _Close(f"api key {api_key} before SASL authentication")
+        if api_key == V.PRODUCE:
+            return await produce.produce(self.gateway.backend, body, version, self)
+        return await HANDLERS[api_key](self.gateway.backend, body, version)
+
+    # ---- SASL/PLAIN --------------------------------------------------------------------
+    def sasl_handshake(self, body: Any) -> dict[str, Any]:
+        if body.mechanism != "PLAIN":
+            return {"error_code": E.UNSUPPORTED_SASL_MECHANISM, "mechanisms": ("PLAIN",)}
+        self.handshake_done = True
+        return {"error_code": 0, "mechanisms": ("PLAIN",)}
+
+    def sasl_authenticate(self, body: Any) -> dict[str, Any]:
+        token = self.gateway.backend.config.sasl_token
+        if not self.handshake_done:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "auth_bytes": b"",
+                    "error_message": "SaslHandshake first", "session_lifetime": 0}
+        parts = bytes(body.auth_bytes).split(b"\0")
+        password = parts[2] if len(parts) == 3 else b""
+        if token is None or hmac.compare_digest(password, token.encode()):
+            self.authenticated = True
+            return {"error_code": 0, "auth_bytes": b"", "error_message": None,
+                    "session_lifetime": 0}
+        return {"error_code": E.SASL_AUTHENTICATION_FAILED, "auth_bytes": b"",
+                "error_message": "authentication failed: wrong user name or password",
+                "session_lifetime": 0}
+
+
+class _Close(Exception):
+    """End this connection (a protocol violation), without a response."""
+
+
+class Gateway:
+    """The listening side: accepts connections and runs each one's loop."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.backend = Backend(config)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+                    ) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._accept, host, port, ssl=ssl_context,
+                                                  limit=1 << 16)
+        sock = self._server.sockets[0].getsockname()
+        return sock[0], sock[1]
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                      ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await Connection(self, reader, writer).serve()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection failed")
+        finally:
+            self._connections.discard(task)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        self.backend.close()
+
+
+# ------------------------------------------------------------------------------ CLI
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", required=True, help="storage root URL")
+    parser.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9092),
+                        metavar="HOST:PORT", help="where Kafka clients connect (port 0: any)")
+    parser.add_argument("--advertised", type=_host_port, default=None, metavar="HOST:PORT",
+                        help="the address Metadata gives clients (default: --listen)")
+    parser.add_argument("--node-id", type=int, default=0,
+                        help="the broker id this gateway answers as")
+    parser.add_argument("--coordinator", default=None,
+                        help="coordinator endpoint (default: the root's _coordinator.json)")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="K=V")
+    parser.add_argument("--token-file", default=None,
+                        help="clients must authenticate with SASL/PLAIN, password = this "
+                             "token; the gateway also uses it with the coordinator")
+    parser.add_argument("--tls-cert", default=None)
+    parser.add_argument("--tls-key", default=None)
+    parser.add_argument("--coordinator-ca", default=None,
+                        help="CA of the coordinator's TLS certificate")
+    parser.add_argument("--port-file", default=None,
+                        help="write the bound port here once listening (tests)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("numba").setLevel(logging.WARNING)
+    import faulthandler
+    faulthandler.enable()  # a crash in native code (codecs, kernels) leaves its traceback
+    options = {}
+    for kv in args.storage_option:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            print(f"--storage-option {kv!r}: expected K=V", file=sys.stderr)
+            return 2
+        options[k] = v
+    token = read_token_file(args.token_file).decode() if args.token_file else None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("--tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    ctx = server_ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    host, port = args.listen
+    config = GatewayConfig(root=args.root, node_id=args.node_id,
+                           storage_options=options or None, coordinator=args.coordinator,
+                           credentials=Credentials.resolve(token, args.coordinator_ca),
+                           sasl_token=token)
+
+    async def main() -> None:
+        from txnlog.log_format.warmup import warm_up
+
+        # compile the codec's kernels before the first client waits on them
+        await asyncio.get_running_loop().run_in_executor(None, warm_up)
+        gateway = Gateway(config)
+        bound_host, bound_port = await gateway.start(host, port, ctx)
+        adv = args.advertised or (host if host not in ("0.0.0.0", "") else "127.0.0.1",
+                                  bound_port)
+        config.advertised_host, config.advertised_port = adv[0], adv[1] or bound_port
+        log.info("gateway for %s listening on %s:%d (advertised %s:%d)", args.root,
+                 bound_host, bound_port, config.advertised_host, config.advertised_port)
+        if args.port_file:
+            with open(args.port_file + ".tmp", "w") as f:
+                f.write(str(bound_port))
+            import os
+            os.replace(args.port_file + ".tmp", args.port_file)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await gateway.stop()
+
+    asyncio.run(main())
+    log.info("gateway stopped")
+    return 0

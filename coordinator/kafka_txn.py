@@ -1,0 +1,177 @@
+"""Kafka's transactional producers (before EndTxn v5) on txnlog's transaction coordinator.
+
+A Kafka client keeps the epoch InitProducerId gave it for every transaction and continues
+its sequence numbers across transactions; txnlog's coordinator bumps the epoch at every
+EndTxn and starts sequences at 0 in each epoch (KIP-890's rules, which Spark's writers
+use). This role translates, so any gateway (they are stateless) maps a client's requests the
+same way:
+
+- **epochs**: InitProducerId through a gateway records the (producer id, epoch) handed to
+  the client (record ``kafka_client``, kind 1030, in the snapshot too). A later request is
+  the client's own only if it carries exactly that pair; an older epoch is a fenced
+  instance (ProducerFenced), a newer one was never handed out. The request then acts with
+  the coordinator's current epoch of that id.
+- **sequences**: in each coordinator epoch, a partition's first batch fixes the client
+  sequence that coordinator sequence 0 stands for; later batches are offset by it, so
+  Kafka's duplicate and gap checks stay the coordinator's. That base lives in memory: after
+  a coordinator restart, a partition that already has batches in the open transaction
+  answers OutOfOrderSequence, which a Kafka client treats as abortable — it aborts and
+  retries the transaction, so exactly-once holds.
+
+Stored batches keep the client's epoch (verbatim); markers carry the coordinator's, which is
+never lower — as in Kafka after a bump. Readers match aborted ranges by producer id only.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+)
+from .partition_state import partition_key
+from .txn_log_records import LogRecord
+
+if TYPE_CHECKING:
+    from .transaction_coordinator import TransactionCoordinator
+
+
+class KafkaClients:
+    """Epoch and sequence translation for Kafka clients' transactional ids."""
+
+    def __init__(self, coordinator: TransactionCoordinator) -> None:
+        self.e = coordinator
+        # (producer id, coordinator epoch, "t-p") -> the client sequence of coordinator seq 0
+        self.seq_base: dict[tuple[int, int, str], int] = {}
+
+    @property
+    def clients(self) -> dict[str, list[int]]:
+        return self.e.state.kafka_clients
+
+    async def init(self, tid: str, timeout_ms: int, pid: int, epoch: int) -> dict[str, Any]:
+        """InitProducerId of a Kafka client (``pid``/``epoch`` >= 0: KIP-360's bump by the
+        instance itself, which must be the current one)."""
+        if pid >= 0:
+            have = self.clients.get(tid)
+            if have is None or have != [pid, epoch]:
+                raise ProducerFencedError(
+                    f"{tid!r}: producer {pid} epoch {epoch} is not the current instance")
+        r = await self.e.init_producer_id(tid, timeout_ms)
+        await self.e.commits.commit([LogRecord("kafka_client", {
+            "id": tid, "tid": tid, "pid": r["producer_id"], "epoch": r["epoch"]})])
+        return r
+
+    def translate(self, tid: str, pid: int, epoch: int) -> int:
+        """The coordinator's epoch for a request of the client holding (pid, epoch)."""
+        have = self.clients.get(tid)
+        txn = self.e.state.txns.get(tid)
+        if have is None or txn is None:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {tid!r} has no producer id from InitProducerId")
+        if have[0] != pid:
+            raise InvalidProducerIdMappingError(
+                f"{tid!r} has producer id {have[0]}, not {pid}")
+        if epoch < have[1]:
+            raise ProducerFencedError(
+                f"{tid!r}: epoch {epoch} was fenced by a newer instance (epoch {have[1]})")
+        if epoch > have[1]:
+            raise InvalidProducerEpochError(f"{tid!r}: epoch {epoch} was never handed out")
+        if txn.pid != pid:
+            raise ProducerFencedError(
+                f"{tid!r}: its producer id changed (epochs exhausted); initialize again")
+        return txn.epoch
+
+    async def check(self, tid: str, pid: int, epoch: int) -> dict[str, Any]:
+        """AddPartitionsToTxn / AddOffsetsToTxn: the client may write into its transaction
+        (the partitions join it at their Reserve)."""
+        coord_epoch = self.translate(tid, pid, epoch)
+        await self.e.heartbeat(tid, pid, coord_epoch)
+        return {"epoch": coord_epoch}
+
+    async def reserve(self, tid: str, pid: int, epoch: int,
+                      parts: list[dict[str, Any]]) -> dict[str, Any]:
+        coord_epoch = self.translate(tid, pid, epoch)
+        ps = self.e.state.producers.get(pid)
+        mapped = []
+        for part in parts:
+            key = partition_key(part["topic"], part["partition"])
+            slot = (pid, coord_epoch, key)
+            base = self.seq_base.get(slot)
+            if base is None:
+                if ps is not None and ps.history(key, coord_epoch):
+                    raise OutOfOrderSequenceError(
+                        f"{tid!r} partition {key}: the coordinator restarted during this "
+                        "transaction; abort it and retry")
+                base = part["base_sequence"]
+            seq = part["base_sequence"] - base
+            if seq < 0:
+                raise OutOfOrderSequenceError(
+                    f"{tid!r} partition {key}: sequence {part['base_sequence']} is before this "
+                    f"transaction's first ({base})")
+            mapped.append({**part, "base_sequence": seq})
+            self.seq_base.setdefault(slot, base)
+        out = await self.e.reserve(pid, coord_epoch, mapped)
+        return {"partitions": out, "epoch": coord_epoch}
+
+    async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str,
+                          offsets: list[dict[str, Any]]) -> dict[str, Any]:
+        coord_epoch = self.translate(tid, pid, epoch)
+        return await self.e.add_offsets(tid, pid, coord_epoch, group_id, offsets)
+
+    async def end(self, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
+        coord_epoch = self.translate(tid, pid, epoch)
+        r = await self.e.end_txn(tid, pid, coord_epoch, commit)
+        for slot in [s for s in self.seq_base if s[0] == pid and s[1] <= coord_epoch]:
+            del self.seq_base[slot]
+        return {"outcome": r.get("outcome")}
+
+
+_ROLE: weakref.WeakKeyDictionary[Any, KafkaClients] = weakref.WeakKeyDictionary()
+
+
+def kafka_clients(e: TransactionCoordinator) -> KafkaClients:
+    got = _ROLE.get(e)
+    if got is None:
+        got = _ROLE[e] = KafkaClients(e)
+    return got
+
+
+def _parts(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"topic": i["topic"], "partition": i["partition"],
+             "base_sequence": i["base_sequence"], "count": i["count"]} for i in items]
+
+
+async def _init(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    return await kafka_clients(e).init(b["transactional_id"], b["transaction_timeout_ms"],
+                                       b["producer_id"], b["epoch"])
+
+
+async def _check(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    return await kafka_clients(e).check(b["transactional_id"], b["producer_id"], b["epoch"])
+
+
+async def _reserve(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    return await kafka_clients(e).reserve(b["transactional_id"], b["producer_id"],
+                                          b["epoch"], _parts(b["partitions"]))
+
+
+async def _add_offsets(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    return await kafka_clients(e).add_offsets(
+        b["transactional_id"], b["producer_id"], b["epoch"], b["group_id"], b["offsets"])
+
+
+async def _end(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    return await kafka_clients(e).end(b["transactional_id"], b["producer_id"], b["epoch"],
+                                      b["commit"])
+
+
+KAFKA_TXN_OPERATIONS = {
+    "kafka_init_producer_id": _init, "kafka_txn_check": _check, "kafka_reserve": _reserve,
+    "kafka_add_offsets": _add_offsets, "kafka_end_txn": _end,
+}
+
+__all__ = ["KAFKA_TXN_OPERATIONS", "KafkaClients", "kafka_clients"]
