@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .clean_state import PartitionCleaning, apply_compact, apply_compacted
 from .completion_plan import CompletionPlan
 from .errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
 from .merge_state import PartitionMerges, apply_cleaned, apply_merge, apply_merged
@@ -63,6 +64,9 @@ class CoordinatorState:
     # Every partition was looked at for merging once (roots written before merging existed
     # convert by that sweep; a root that has it needs no sweep at start).
     merge_swept: bool = False
+    # Per partition key of a compacted topic: its cleaner checkpoint and the compaction
+    # under way (clean_state.py).
+    cleanings: dict[str, PartitionCleaning] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -151,6 +155,12 @@ class CoordinatorState:
 
     def _apply_cleaned(self, d: dict[str, Any]) -> None:
         apply_cleaned(self.merges, d)
+
+    def _apply_compact(self, d: dict[str, Any]) -> None:
+        apply_compact(self.cleanings, d)
+
+    def _apply_compacted(self, d: dict[str, Any]) -> None:
+        apply_compacted(self.cleanings, self.merges, d)
 
     def _apply_swept(self, d: dict[str, Any]) -> None:
         self.merge_swept = True
@@ -385,6 +395,8 @@ class CoordinatorState:
             **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
                if self.merges else {}),
             **({"merge_swept": True} if self.merge_swept else {}),
+            **({"cleanings": {k: v.to_json() for k, v in self.cleanings.items()}}
+               if self.cleanings else {}),
         }
 
     @classmethod
@@ -418,6 +430,8 @@ class CoordinatorState:
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
         st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
         st.merge_swept = bool(s.get("merge_swept"))
+        st.cleanings = {k: PartitionCleaning.from_json(v)
+                        for k, v in s.get("cleanings", {}).items()}
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

@@ -1,0 +1,160 @@
+"""Compacted topics end to end (coordinator/log_cleaner.py), against real coordinator
+processes: keyed transactions (some aborted, some tombstones) into a topic with
+``cleanup.policy=compact`` are merged into segments and compacted by themselves; a
+read_committed read gives the latest value per key before and after, offsets are kept,
+the cleaned segments are new objects kafka-python parses, what they replaced is deleted
+after the grace period, and a coordinator killed at each compaction fault point finishes
+the compaction with the same bytes on restart."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from kafka.record import MemoryRecords
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.log_format.manifest import PartitionManifest, read_latest_manifest
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.storage import Storage
+
+from tests.coordinator_proc import CoordinatorProc
+
+FAST = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1"]
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2000",
+           "min.cleanable.dirty.ratio": "0.3", "delete.retention.ms": "1500",
+           "file.delete.delay.ms": "2000"}
+KEYS = 7
+
+
+@contextmanager
+def coordinator(root: str, *extra: str, faults: str | None = None) -> Iterator[CoordinatorProc]:
+    proc = CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def write(root: str, endpoint: str, topic: str, n: int, model: dict[str, str | None],
+          written: dict[int, tuple[str, str | None]] | None = None, start: int = 0) -> None:
+    """n transactions of two keyed records on partition 0: every 5th aborted, every 7th
+    writes a tombstone; ``model`` gets the committed latest value per key."""
+    producer = TransactionalProducer(root, f"w-{topic}", coordinator=endpoint)
+    producer.init_transactions()
+    for i in range(start, start + n):
+        producer.begin_transaction()
+        recs = [(f"k{i % KEYS}", None if i % 7 == 6 else f"v{i}"),
+                (f"k{(i * 3) % KEYS}", f"w{i}")]
+        futures = [producer.send(topic, None if v is None else v.encode(), key=k.encode(),
+                                 partition=0) for k, v in recs]
+        if i % 5 == 4:
+            producer.flush()
+            producer.abort_transaction()
+        else:
+            producer.commit_transaction()
+            for k, v in recs:
+                model[k] = v
+            if written is not None:
+                for f, (k, v) in zip(futures, recs, strict=True):
+                    written[f.result().offset] = (k, v)
+    producer.close()
+
+
+def table(storage: Storage, topic: str
+          ) -> tuple[dict[str, str], list[tuple[int, str, str | None]]]:
+    """The latest non-null value per key of a read_committed read, and the records read."""
+    t = PartitionReader(storage, topic, 0).read_table()
+    out: dict[str, str | None] = {}
+    rows = []
+    for o, k, v in zip(t.column("offset").to_pylist(), t.column("key").to_pylist(),
+                       t.column("value").to_pylist(), strict=True):
+        out[k.decode()] = None if v is None else v.decode()
+        rows.append((o, k.decode(), None if v is None else v.decode()))
+    return {k: v for k, v in out.items() if v is not None}, rows
+
+
+def latest(model: dict[str, str | None]) -> dict[str, str]:
+    return {k: v for k, v in model.items() if v is not None}
+
+
+def wait_compacted(storage: Storage, topic: str, after_gen: int = 0,
+                   timeout: float = 120.0) -> PartitionManifest:
+    """The newest manifest once it names a segment compacted after manifest ``after_gen``."""
+    deadline = time.monotonic() + timeout
+    man = None
+    while time.monotonic() < deadline:
+        man = read_latest_manifest(storage, topic, 0)
+        if man is not None and any(o.gen > after_gen for o in man.objects):
+            return man
+        time.sleep(0.2)
+    raise AssertionError(f"never compacted after #{after_gen}: {man}")
+
+
+def newest_gen(man: PartitionManifest) -> int:
+    return max(o.gen for o in man.objects)
+
+
+def test_compacted_topic_keeps_latest_per_key_and_offsets(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    model: dict[str, str | None] = {}
+    written: dict[int, tuple[str, str | None]] = {}
+    with coordinator(file_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic("c", 1, COMPACT)
+        write(file_root, proc.endpoint, "c", 60, model, written)
+        before, _ = table(storage, "c")
+        assert before == latest(model)
+        man = wait_compacted(storage, "c")
+        after, offsets = table(storage, "c")
+        assert after == latest(model)
+        for off, k, v in offsets:  # every record read sits where it was written
+            assert written[off] == (k, v)
+        cleaned = [o for o in man.objects if o.gen]
+        for o in cleaned:
+            data = storage.get(o.path("c", 0))
+            mr = MemoryRecords(data)
+            while (b := mr.next_batch()) is not None:
+                assert b.validate_crc()
+        # more updates of the same keys: compaction goes on by itself
+        write(file_root, proc.endpoint, "c", 60, model, written, start=60)
+        wait_compacted(storage, "c", newest_gen(man))
+        after2, offsets2 = table(storage, "c")
+        assert after2 == latest(model)
+        assert len(offsets2) < 120 * 2 * 0.6  # superseded records are gone
+        # the segments cleaned are deleted after the grace period
+        first = cleaned[0]
+        deadline = time.monotonic() + 60
+        while storage.exists(first.path("c", 0)) and time.monotonic() < deadline:
+            man2 = read_latest_manifest(storage, "c", 0)
+            if first in man2.objects:
+                write(file_root, proc.endpoint, "c", 10, model, written, start=200)
+            time.sleep(0.5)
+        assert not storage.exists(first.path("c", 0))
+        assert "stopped:" not in proc.log_text()
+    assert table(storage, "c")[0] == latest(model)
+
+
+@pytest.mark.parametrize("fault", ["after_compact_plan", "after_compact_output",
+                                   "after_compact_manifest"])
+def test_a_restart_mid_compaction_finishes_it_with_the_same_bytes(file_root: str,
+                                                                   fault: str) -> None:
+    storage = Storage.for_url(file_root)
+    model: dict[str, str | None] = {}
+    with coordinator(file_root, "--no-merge") as proc:
+        CoordinatorClient(proc.endpoint).create_topic("r", 1, COMPACT)
+        write(file_root, proc.endpoint, "r", 50, model)
+    dying = CoordinatorProc(file_root, extra=FAST, faults=f"{fault}:1")
+    dying.proc.wait(120)
+    assert dying.proc.returncode == -9, dying.log_tail()
+    dying.stop()
+    assert f"fault point {fault} reached" in dying.log_path.read_text()
+    with coordinator(file_root) as again:
+        man = wait_compacted(storage, "r")
+        write(file_root, again.endpoint, "r", 30, model, start=50)
+        wait_compacted(storage, "r", newest_gen(man))
+        log = again.log_text()
+        assert "stopped:" not in log, log[-3000:]  # no refusal: the same bytes again
+        assert table(storage, "r")[0] == latest(model)
