@@ -58,6 +58,7 @@ from .merge_state import PartitionMerges
 from .partition_state import partition_key
 from .runtime import Commits, Observer, StorageIO
 from .state import CoordinatorState
+from .topic_config import compacts
 from .txn_log_records import LogRecord
 
 log = logging.getLogger("txnlog.coordinator.log_cleaner")
@@ -91,9 +92,8 @@ def compaction_config(config: dict[str, Any] | None) -> CompactionConfig:
     """The compaction settings of a topic config as it is stored (``_meta/topics`` and the
     coordinator's ``topic`` record). The one place the cleaner reads topic configs."""
     cfg = dict(config or {})
-    policy = {p.strip() for p in str(cfg.get("cleanup.policy", "delete")).split(",")}
     return CompactionConfig(
-        compact="compact" in policy,
+        compact=compacts(cfg),
         min_cleanable_dirty_ratio=_number(cfg, "min.cleanable.dirty.ratio",
                                           DEFAULT_MIN_CLEANABLE_DIRTY_RATIO, 0.0),
         min_compaction_lag_ms=int(_number(cfg, "min.compaction.lag.ms",

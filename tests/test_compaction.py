@@ -15,7 +15,10 @@ from contextlib import contextmanager
 import pytest
 from kafka.record import MemoryRecords
 from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.errors import InvalidRecordError
 from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.log_format.consumer_offsets import offsets_partition
+from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.manifest import PartitionManifest, read_latest_manifest
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.storage import Storage
@@ -158,3 +161,73 @@ def test_a_restart_mid_compaction_finishes_it_with_the_same_bytes(file_root: str
         log = again.log_text()
         assert "stopped:" not in log, log[-3000:]  # no refusal: the same bytes again
         assert table(storage, "r")[0] == latest(model)
+
+
+def test_null_keys_are_refused_on_a_compacted_topic(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("nk", 1, {"cleanup.policy": "compact,delete"})
+        client.create_topic("plain", 1)
+        producer = TransactionalProducer(file_root, "nk", coordinator=proc.endpoint)
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("nk", b"kept", key=b"a")
+        with pytest.raises(InvalidRecordError, match="Compacted topic cannot accept message "
+                                                     "without key in topic partition 'nk'"):
+            producer.send("nk", b"no key")
+        producer.send("plain", b"no key is fine here")
+        producer.commit_transaction()  # the refused record lost nothing else
+        producer.close()
+        assert table(storage, "nk")[0] == {"a": "kept"}
+        assert PartitionReader(storage, "plain", 0).read_table().num_rows == 1
+
+
+def test_consumer_offsets_are_compacted(file_root: str) -> None:
+    """A group committing every batch: its __consumer_offsets partition keeps the latest
+    commit per partition, however many there were."""
+    storage = Storage.for_url(file_root)
+    group = "g-compact"
+    part = offsets_partition(group)
+    with coordinator(file_root, "--no-merge") as proc:  # all commits first, then compaction
+        client = CoordinatorClient(proc.endpoint)
+        # the offsets topic as the coordinator makes it, with small segments for the test
+        client.create_topic("__consumer_offsets", 50, {**COMPACT, "segment.bytes": "1500"})
+        client.create_topic("src", 2)
+        producer = TransactionalProducer(file_root, "oc", coordinator=proc.endpoint)
+        producer.init_transactions()
+        for i in range(60):
+            producer.begin_transaction()
+            producer.send("src", b"x", key=b"k", partition=0)
+            producer.send_offsets_to_transaction(
+                {TopicPartition("src", 0): i + 1, TopicPartition("src", 1): 2 * i}, group)
+            producer.commit_transaction()
+        producer.close()
+    before = PartitionReader(storage, "__consumer_offsets", part).read_table()
+    assert before.num_rows == 120
+    want: dict[bytes, bytes] = {}
+    for k, v in zip(before.column("key").to_pylist(), before.column("value").to_pylist(),
+                    strict=True):
+        want[k] = v
+    with coordinator(file_root) as proc:
+        wait_compacted_partition(storage, "__consumer_offsets", part)
+        after = PartitionReader(storage, "__consumer_offsets", part).read_table()
+        assert after.num_rows < 40  # the superseded commits are gone
+        last: dict[bytes, bytes] = {}
+        for k, v in zip(after.column("key").to_pylist(), after.column("value").to_pylist(),
+                        strict=True):
+            last[k] = v
+        assert last == want
+        assert CoordinatorClient(proc.endpoint).committed_offsets(group) == {
+            TopicPartition("src", 0): 60, TopicPartition("src", 1): 118}
+
+
+def wait_compacted_partition(storage: Storage, topic: str, p: int,
+                             timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        man = read_latest_manifest(storage, topic, p)
+        if man is not None and any(o.gen for o in man.objects):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}-{p} never compacted")
