@@ -342,7 +342,8 @@ class PartitionReader:
                 break
             except _StaleListing:
                 # a listing too old to trust for small objects: list again, go on from the
-                # cursor (merged objects hold the same bytes)
+                # cursor (merged objects hold the same bytes; compacted ones the same records
+                # at the same offsets, less the superseded ones)
                 relist = True
             except FileNotFoundError:
                 # an object merged away and deleted under us: read the newest manifest

@@ -8,16 +8,20 @@ the compaction with the same bytes on restart."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from kafka.record import MemoryRecords
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.errors import InvalidRecordError
 from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.log_format import layout
 from txnlog.log_format.consumer_offsets import offsets_partition
+from txnlog.log_format.dump import dump_files
 from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.manifest import PartitionManifest, read_latest_manifest
 from txnlog.log_format.reader import PartitionReader
@@ -121,6 +125,12 @@ def test_compacted_topic_keeps_latest_per_key_and_offsets(file_root: str) -> Non
             mr = MemoryRecords(data)
             while (b := mr.next_batch()) is not None:
                 assert b.validate_crc()
+            # a compacted segment is a Kafka log dir's file: dump reads it and its indexes
+            files = [str(Path(file_root[len("file://"):]) / o.path("c", 0, sfx))
+                     for sfx in (layout.LOG_SUFFIX, layout.INDEX_SUFFIX,
+                                 layout.TIMEINDEX_SUFFIX)]
+            out, err = io.StringIO(), io.StringIO()
+            assert dump_files(files, out=out, err=err) == 0, err.getvalue()
         # more updates of the same keys: compaction goes on by itself
         write(file_root, proc.endpoint, "c", 60, model, written, start=60)
         wait_compacted(storage, "c", newest_gen(man))
