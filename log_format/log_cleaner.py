@@ -51,6 +51,7 @@ from .indexes import (
     encode_time_index,
     encode_txn_index,
 )
+from .planted_bugs import enabled as planted_bug_enabled
 from .records import Record, decode_batch, encode_batch, iter_batches
 from .segment_merge import MergedSegment, sparse_entries
 
@@ -196,6 +197,7 @@ def build_offset_map(inputs: Sequence[CleanerInput], first_dirty: int,
     """Kafka's buildOffsetMap over ``[first_dirty, upper)``: the last offset of every key
     in committed (or non-transactional) data, and the last offset covered (-1: none)."""
     meta = CleanedTransactionMetadata(e for e in aborted if e.last_offset >= first_dirty)
+    unsafe = planted_bug_enabled("compact_ignore_aborted")  # the chaos self-test's switch
     offsets: dict[bytes, int] = {}
     latest = -1
     for inp in inputs:
@@ -207,7 +209,7 @@ def build_offset_map(inputs: Sequence[CleanerInput], first_dirty: int,
             if h.is_control:
                 meta.on_control_batch(h, decode_batch(inp.data, h.position,
                                                       verify_crc=False).records)
-            elif not meta.on_batch(h):
+            elif not meta.on_batch(h) or unsafe:
                 for rec in decode_batch(inp.data, h.position, verify_crc=False).records:
                     if rec.key is not None and rec.offset >= first_dirty:
                         offsets[rec.key] = rec.offset
