@@ -44,7 +44,7 @@ def removable(ops: list[dict[str, Any]], txns: dict[str, Any],
             if s.get("key") is None:
                 continue
             groups[(tp_key(s["topic"], s["partition"]), s["key"])].append(
-                (tid, s["value"], float(s.get("t0", 0.0)), i))
+                (tid, s["value"], float(s.get("t0", s.get("t1", 0.0))), i))
     superseded: set[int] = set()
     for recs in groups.values():
         winners = [r for r in recs if r[0] in landed]
