@@ -559,12 +559,16 @@ def test_compact_ignore_aborted_loses_the_latest_committed_value(
 @pytest.mark.slow
 def test_the_harness_catches_a_compaction_bug(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The chaos harness with compacted topics (short profile) reports the planted
-    compaction bug."""
+    """The chaos harness with compacted topics (the short profile run for a minute, so
+    segments close and are compacted on a loaded machine) reports the planted compaction
+    bug."""
+    from dataclasses import replace
+
     from .run import PROFILES, run_all
 
     monkeypatch.setenv("TXNLOG_CHAOS_COMPACT", "1")
-    (res,) = run_all(["none"], ["file"], PROFILES["short"], tmp_path, seed=5,
+    profile = replace(PROFILES["short"], duration=60.0, txns_per_producer=150)
+    (res,) = run_all(["none"], ["file"], profile, tmp_path, seed=5,
                      unsafe="compact_ignore_aborted", log=print)
     assert res.error is None, res.error
     assert res.compacted and res.anomalies, res
