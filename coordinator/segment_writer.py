@@ -64,7 +64,9 @@ class PartitionCounts:
         n = self._counts.get(topic)
         if n is None:
             try:
-                n = topics.read_topic(self.storage, topic).partitions
+                meta = topics.read_topic(self.storage, topic)
+                n = meta.partitions
+                self._compacted[topic] = compacts(meta.config)  # the same GET tells
             except topics.UnknownTopicError as exc:
                 if self.create is None:
                     raise UnknownTopicOrPartitionError(str(exc)) from None
