@@ -114,6 +114,10 @@ def test_compacted_topic_keeps_latest_per_key_and_offsets(file_root: str) -> Non
         write(file_root, proc.endpoint, "c", 60, model, written)
         before, _ = table(storage, "c")
         assert before == latest(model)
+        # a reader in flight: it lists now and reads after what it listed was compacted
+        # away and deleted (it must read the newest manifest and go on)
+        early = PartitionReader(storage, "c", 0)
+        early.segments()
         man = wait_compacted(storage, "c")
         after, offsets = table(storage, "c")
         assert after == latest(model)
@@ -147,6 +151,12 @@ def test_compacted_topic_keeps_latest_per_key_and_offsets(file_root: str) -> Non
             time.sleep(0.5)
         assert not storage.exists(first.path("c", 0))
         assert "stopped:" not in proc.log_text()
+        late = early.read_table()  # [0, the LSO it held): what is left of it now
+        fresh = PartitionReader(storage, "c", 0, snapshot=early.snapshot).read_table()
+        assert late.to_pylist() == fresh.to_pylist()
+        for off, k, v in zip(late.column("offset").to_pylist(), late.column("key").to_pylist(),
+                             late.column("value").to_pylist(), strict=True):
+            assert written[off] == (k.decode(), None if v is None else v.decode())
     assert table(storage, "c")[0] == latest(model)
 
 

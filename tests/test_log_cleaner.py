@@ -408,3 +408,38 @@ def test_corrupt_input_is_refused() -> None:
     with pytest.raises(Exception, match="outside"):
         clean_log([CleanerInput(5, 6, encode_batch([(b"a", b"1", (), 1)]))],
                   first_dirty=0, now_ms=1)
+
+
+# ------------------------------------------------------------- when (LogCleanerManager)
+
+
+def test_choose_cleaning_honours_lso_ratio_and_lags() -> None:
+    from txnlog.coordinator.log_cleaner import choose_cleaning, compaction_config
+    from txnlog.log_format.manifest import MergedObject
+
+    segs = [MergedObject(0, 0, 10, 100, max_timestamp=1000),
+            MergedObject(0, 10, 20, 100, max_timestamp=2000),
+            MergedObject(0, 20, 30, 100, max_timestamp=3000),
+            MergedObject(1, 30, 35, 50, max_timestamp=3500)]  # a run: the open segment
+    cfg = compaction_config({"cleanup.policy": "compact"})
+    assert cfg.compact and cfg.min_cleanable_dirty_ratio == 0.5
+    assert not compaction_config({"cleanup.policy": "delete"}).compact
+    assert compaction_config({"cleanup.policy": "compact,delete"}).compact
+    # never cleaned: all dirty, everything closed below the LSO, never the open segment
+    assert choose_cleaning(segs, 0, 100, 10_000, cfg) == segs[:3]
+    # the LSO inside the third segment: an undecided transaction's data is never touched
+    assert choose_cleaning(segs, 0, 25, 10_000, cfg) == segs[:2]
+    # clean up to 20, one dirty segment of three: ratio 1/3 < 0.5
+    assert choose_cleaning(segs, 20, 100, 10_000, cfg) is None
+    low = compaction_config({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.3"})
+    assert choose_cleaning(segs, 20, 100, 10_000, low) == segs[:3]
+    # max.compaction.lag.ms: an old dirty segment is cleaned whatever the ratio
+    overdue = compaction_config({"cleanup.policy": "compact", "max.compaction.lag.ms": "5000"})
+    assert choose_cleaning(segs, 20, 100, 10_000, overdue) == segs[:3]
+    assert choose_cleaning(segs, 20, 100, 7_000, overdue) is None
+    # min.compaction.lag.ms: records younger than the lag stay dirty (and what follows)
+    young = compaction_config({"cleanup.policy": "compact", "min.compaction.lag.ms": "8500"})
+    assert choose_cleaning(segs, 0, 100, 10_000, young) == segs[:1]
+    assert choose_cleaning(segs, 0, 100, 9_000, young) is None
+    # nothing dirty: nothing to do
+    assert choose_cleaning(segs, 30, 100, 10_000, cfg) is None

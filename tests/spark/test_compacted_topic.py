@@ -15,7 +15,7 @@ from txnlog.log_format.storage import Storage
 from tests.coordinator_proc import CoordinatorProc
 
 FAST = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1"]
-COMPACT = {"cleanup.policy": "compact", "segment.bytes": "3000",
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": "600",
            "min.cleanable.dirty.ratio": "0.2", "file.delete.delay.ms": "2000"}
 
 
@@ -44,12 +44,13 @@ def test_null_key_refused_and_latest_per_key_survives_compaction(spark,
              .mode("append").save(file_root))
         assert latest_table(spark, file_root, endpoint) == {}  # nothing of it is visible
         want: dict[str, str] = {}
-        for round_ in range(12):  # 12 transactions updating 20 keys
-            data = [(f"k{(i * 7 + round_) % 20}", f"r{round_}-{i}") for i in range(15)]
+        for round_ in range(4):  # 4 transactions of 60 updates of 20 keys
+            data = [(f"k{(i * 7 + round_) % 20}", f"r{round_}-{i}") for i in range(60)]
             (spark.createDataFrame(data, "key string, value string").coalesce(1)
              .write.format("txnlog").option("topic", "ct").option("coordinator", endpoint)
              .mode("append").save(file_root))
-            want.update(dict(data))
+            for k, v in data:
+                want[k] = v
         before = latest_table(spark, file_root, endpoint)
         assert before == want
         storage = Storage.for_url(file_root)
