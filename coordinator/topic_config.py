@@ -119,7 +119,7 @@ def null_key_error(topic: str, partition: int | None = None, row: int | None = N
                    ) -> str:
     """Kafka's refusal of a record without a key for a compacted topic, and the way out."""
     where = f"{topic}-{partition}" if partition is not None else repr(topic)
-    which = f" (row {row})" if row is not None else ""
+    which = f" (row {row} of a batch being written)" if row is not None else ""
     return (f"Compacted topic cannot accept message without key in topic partition {where}"
             f"{which}: topic {topic!r} has cleanup.policy=compact, which keeps the latest "
             "record per key; give every record a key, or write to a topic with "
