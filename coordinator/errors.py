@@ -116,6 +116,12 @@ class ProducerFencedError(CoordinatorError):
     name, code = "ProducerFenced", 90
 
 
+class InvalidRecordError(CoordinatorError):
+    """Kafka's INVALID_RECORD: e.g. a record without a key for a compacted topic."""
+
+    name, code = "InvalidRecord", 87
+
+
 ERRORS: dict[str, type[CoordinatorError]] = {
     cls.name: cls for cls in (
         UnknownServerError, UnknownTopicOrPartitionError, CoordinatorLoadInProgressError,
@@ -124,7 +130,8 @@ ERRORS: dict[str, type[CoordinatorError]] = {
         AuthenticationFailedError, OutOfOrderSequenceError,
         DuplicateSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
         InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
-        ConcurrentTransactionsError, KafkaStorageError, ProducerFencedError)
+        ConcurrentTransactionsError, KafkaStorageError, ProducerFencedError,
+        InvalidRecordError)
 }
 
 

@@ -9,7 +9,8 @@ production default) every check is a dictionary lookup on an empty dict.
 Points: before_prepare, after_prepare, after_marker, after_complete_before_reply,
 mid_snapshot, after_reserve, after_log_write, after_merge_plan (a merge is logged, its output
 not written), after_merge_output (output written, manifest not), after_merge_manifest
-(manifest written, ``merged`` not logged).
+(manifest written, ``merged`` not logged), after_compact_plan / after_compact_output /
+after_compact_manifest (the same three steps of a compaction, log_cleaner.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import time
 POINTS = frozenset({"before_prepare", "after_prepare", "after_marker",
                     "after_complete_before_reply", "mid_snapshot", "after_reserve",
                     "after_log_write", "after_merge_plan", "after_merge_output",
-                    "after_merge_manifest"})
+                    "after_merge_manifest", "after_compact_plan", "after_compact_output",
+                    "after_compact_manifest"})
 
 log = logging.getLogger("txnlog.coordinator.faults")
 

@@ -33,6 +33,9 @@ Reserve = Callable[[int, int, list[dict[str, Any]]], Awaitable[list[dict[str, An
 EnsureTopic = Callable[[str, int, dict[str, Any]], Awaitable[Any]]
 
 
+OFFSETS_SEGMENT_BYTES = 100 * 1024 * 1024
+
+
 class GroupOffsets:
     """Transactional offset commits and the committed offsets of each group."""
 
@@ -47,7 +50,10 @@ class GroupOffsets:
     async def _ensure_offsets_topic(self) -> None:
         name = layout.CONSUMER_OFFSETS_TOPIC
         if name not in self.state.topics:
-            await self._ensure_topic(name, OFFSETS_PARTITIONS, {"cleanup.policy": "compact"})
+            # Kafka's offsets.topic.segment.bytes: closed segments come at 100 MiB (not the
+            # 1 GiB default), so the log cleaner keeps a group's offsets cheap to read
+            await self._ensure_topic(name, OFFSETS_PARTITIONS, {
+                "cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str,
                           offsets: list[dict[str, Any]]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -114,6 +115,11 @@ class LogMerger:
         # GETs, not eight
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="coord-merge")
         self._wake: asyncio.Event | None = None
+        # other roles run in this loop, between finishing planned merges and new ones
+        # (the log cleaner: it shares the manifest sequence, so never beside a merge), and
+        # may hold a partition's merges back while they have work planned there
+        self.hooks: list[Callable[[], Awaitable[int]]] = []
+        self.blocked: list[Callable[[str], bool]] = []
         state.observers.append(self.observe)
 
     # ------------------------------------------------------------------ what to look at
@@ -215,9 +221,13 @@ class LogMerger:
             if pm.planned is not None and key not in self.refused:
                 await self._guarded(key, self._finish(pm.planned))
                 done += 1
+        for hook in self.hooks:
+            done += await hook()
         for key in self._candidates(now_ms()):
             if done >= MERGES_PER_TICK:
                 break  # the rest stay due: looked at next tick
+            if any(held(key) for held in self.blocked):
+                continue
             self.dirty.pop(key, None)
             more = True
             while more and done < MERGES_PER_TICK:

@@ -182,18 +182,26 @@ def apply_merged(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
     due = int(d["ms"]) + max(plan.grace_ms, pm.grace_ms)
     small = [i.end_offset for i in plan.inputs if i.level == SMALL]
     merged = [i.as_merged() for i in plan.inputs if i.level != SMALL]
+    retire(pm, due, small, merged)
+    pm.seq, pm.start_offset, pm.objects = plan.seq, man.start_offset, list(man.objects)
+    pm.open_since_ms, pm.grace_ms, pm.planned = plan.open_since_ms, plan.grace_ms, None
+
+
+def retire(pm: PartitionMerges, due: int, small_ends: list[int],
+           merged: list[MergedObject]) -> None:
+    """Make what a new manifest replaced garbage due at ``due``: the small objects below
+    the largest of ``small_ends``, the ``merged`` objects, and the manifest now current
+    (call before ``pm.seq`` moves). Merges and compactions (``clean_state``) both retire."""
     last = pm.garbage[-1] if pm.garbage else None
     if last is not None and due - last.due_ms < GARBAGE_COALESCE_MS:
         last.due_ms = max(last.due_ms, due)
-        last.small_below = max([last.small_below, *small])
+        last.small_below = max([last.small_below, *small_ends])
         last.manifest_hi = max(last.manifest_hi, pm.seq + 1 if pm.seq else 0)
         last.merged.extend(merged)
     else:
-        below = max([last.small_below if last else 0, *small])
+        below = max([last.small_below if last else 0, *small_ends])
         lo = last.manifest_hi if last else (pm.seq if pm.seq else 0)
         pm.garbage.append(Garbage(due, below, lo, pm.seq + 1 if pm.seq else lo, merged))
-    pm.seq, pm.start_offset, pm.objects = plan.seq, man.start_offset, list(man.objects)
-    pm.open_since_ms, pm.grace_ms, pm.planned = plan.open_since_ms, plan.grace_ms, None
 
 
 def apply_cleaned(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:

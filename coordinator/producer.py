@@ -36,8 +36,14 @@ from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.storage import Storage
 
 from .client import CoordinatorClient
-from .errors import CoordinatorError, InvalidTxnStateError, ProducerFencedError
+from .errors import (
+    CoordinatorError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
 from .segment_writer import PartitionCounts, Partitioner, SegmentWriter, Written
+from .topic_config import null_key_error
 
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _io = ThreadPoolExecutor(max_workers=16, thread_name_prefix="txnlog-producer")
@@ -156,6 +162,8 @@ class _Producer:
         layout.validate_topic(topic)
         k, v = _bytes(key, "key"), _bytes(value, "value")
         hs = [(str(hk), _bytes(hv, "header value")) for hk, hv in (headers or [])]
+        if k is None and self._partitions.compacted(topic):
+            raise InvalidRecordError(null_key_error(topic, partition))
         with self._lock:
             p = self._partitioner.choose(topic, k, partition)
             fut: Future[RecordMetadata] = Future()

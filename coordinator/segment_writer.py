@@ -38,6 +38,7 @@ from txnlog.log_format.storage import Storage
 
 from .client import CoordinatorClient
 from .errors import ProducerFencedError, UnknownTopicOrPartitionError
+from .topic_config import compacts
 
 Written = tuple[str, int, int]
 """A written range as the coordinator's confirm and end_txn take it: (topic, partition, base)."""
@@ -56,19 +57,34 @@ class PartitionCounts:
         self.storage = storage
         self.create = create
         self._counts: dict[str, int] = {}
+        self._compacted: dict[str, bool] = {}
 
     def __call__(self, topic: str) -> int:
         """The partition count of ``topic``."""
         n = self._counts.get(topic)
         if n is None:
             try:
-                n = topics.read_topic(self.storage, topic).partitions
+                meta = topics.read_topic(self.storage, topic)
+                n = meta.partitions
+                self._compacted[topic] = compacts(meta.config)  # the same GET tells
             except topics.UnknownTopicError as exc:
                 if self.create is None:
                     raise UnknownTopicOrPartitionError(str(exc)) from None
                 n = self.create(topic)
             self._counts[topic] = n
         return n
+
+    def compacted(self, topic: str) -> bool:
+        """Whether ``topic`` has ``cleanup.policy=compact`` (records need keys there), read
+        once with its metadata (a topic created by the writer itself uses the defaults)."""
+        known = self._compacted.get(topic)
+        if known is None:
+            try:
+                known = compacts(topics.read_topic(self.storage, topic).config)
+            except topics.UnknownTopicError:
+                known = False
+            self._compacted[topic] = known
+        return known
 
 
 class Partitioner:

@@ -39,7 +39,7 @@ from .txn_log_records import LogRecord
 
 NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets",
                            "merge", "merged", "cleaned", "swept", "group_delete",
-                           "kafka_client"})
+                           "kafka_client", "compact", "compacted"})
 
 
 def _plan_keys(plan: Any) -> Iterable[str]:

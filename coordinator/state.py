@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .clean_state import PartitionCleaning, apply_compact, apply_compacted
 from .completion_plan import CompletionPlan
 from .errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
 from .merge_state import PartitionMerges, apply_cleaned, apply_merge, apply_merged
@@ -66,6 +67,9 @@ class CoordinatorState:
     # Kafka clients' transactional ids: tid -> [producer id, the epoch InitProducerId gave
     # the client], which it keeps across EndTxn (kafka_txn.py; record kind kafka_client)
     kafka_clients: dict[str, list[int]] = field(default_factory=dict)
+    # Per partition key of a compacted topic: its cleaner checkpoint and the compaction
+    # under way (clean_state.py).
+    cleanings: dict[str, PartitionCleaning] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -154,6 +158,12 @@ class CoordinatorState:
 
     def _apply_cleaned(self, d: dict[str, Any]) -> None:
         apply_cleaned(self.merges, d)
+
+    def _apply_compact(self, d: dict[str, Any]) -> None:
+        apply_compact(self.cleanings, d)
+
+    def _apply_compacted(self, d: dict[str, Any]) -> None:
+        apply_compacted(self.cleanings, self.merges, d)
 
     def _apply_swept(self, d: dict[str, Any]) -> None:
         self.merge_swept = True
@@ -397,6 +407,8 @@ class CoordinatorState:
                if self.merges else {}),
             **({"merge_swept": True} if self.merge_swept else {}),
             **({"kafka_clients": self.kafka_clients} if self.kafka_clients else {}),
+            **({"cleanings": {k: v.to_json() for k, v in self.cleanings.items()}}
+               if self.cleanings else {}),
         }
 
     @classmethod
@@ -434,6 +446,8 @@ class CoordinatorState:
         st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
         st.merge_swept = bool(s.get("merge_swept"))
         st.kafka_clients = {k: list(v) for k, v in s.get("kafka_clients", {}).items()}
+        st.cleanings = {k: PartitionCleaning.from_json(v)
+                        for k, v in s.get("cleanings", {}).items()}
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

@@ -106,3 +106,21 @@ def validate_topic_config(config: Mapping[str, str]) -> dict[str, str]:
             raise InvalidConfigError(f"topic config {name!r}={str(value)[:100]!r} {why}")
         out[name] = str(value).strip()
     return out
+
+
+def compacts(config: Mapping[str, object] | None) -> bool:
+    """Whether a topic config keeps the latest record per key (``cleanup.policy`` holds
+    ``compact``): what the log cleaner and the null-key check of producers read."""
+    policy = str((config or {}).get("cleanup.policy", "delete"))
+    return "compact" in {p.strip() for p in policy.split(",")}
+
+
+def null_key_error(topic: str, partition: int | None = None, row: int | None = None
+                   ) -> str:
+    """Kafka's refusal of a record without a key for a compacted topic, and the way out."""
+    where = f"{topic}-{partition}" if partition is not None else repr(topic)
+    which = f" (row {row} of a batch being written)" if row is not None else ""
+    return (f"Compacted topic cannot accept message without key in topic partition {where}"
+            f"{which}: topic {topic!r} has cleanup.policy=compact, which keeps the latest "
+            "record per key; give every record a key, or write to a topic with "
+            "cleanup.policy=delete")

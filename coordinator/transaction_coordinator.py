@@ -52,6 +52,7 @@ from .errors import (
     validate_topic_name,
 )
 from .group_offsets import GroupOffsets
+from .log_cleaner import LogCleaner
 from .log_merger import LogMerger
 from .merge_policy import MergeSettings
 from .partition_state import (
@@ -115,6 +116,8 @@ class TransactionCoordinator:
         self.merger = LogMerger(self.state, self.commits, self.io, self._published_lso,
                                 lambda: self.publisher.written is not None, self.observer,
                                 merge_settings, merging)
+        self.cleaner = LogCleaner(self.state, self.commits, self.io, self.merger,
+                                  self._published_lso, self.observer, merging)
 
     # ========================================================== state, for callers
     @property

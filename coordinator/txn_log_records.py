@@ -47,6 +47,8 @@ OWN_KINDS: dict[str, int] = {
     "cleaned": 1012,      # objects it replaced are deleted (after the grace period)
     "swept": 1013,        # every partition was looked at for merging once (old roots)
     "group_delete": 1014,  # an operator deleted a consumer group's committed offsets
+    "compact": 1020,      # a compaction of a partition's closed segments was planned
+    "compacted": 1021,    # its cleaned segments and manifest are durable (clean_state.py)
     "kafka_client": 1030,  # a Kafka client's transactional id got its epoch (kafka_txn.py)
 }
 KIND_OF_TYPE = {v: k for k, v in OWN_KINDS.items()}

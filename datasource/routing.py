@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from txnlog.coordinator.errors import InvalidRecordError
 from txnlog.coordinator.segment_writer import Partitioner
+from txnlog.coordinator.topic_config import null_key_error
 from txnlog.log_format.partitioner import partitions_for_keys
 
 from .options import InvalidOptionError
@@ -91,6 +93,24 @@ class Router:
         return {tp: records if rows is None else records.take(pa.array(rows))
                 for tp, rows in groups.items()}
 
+    def _check_keys(self, batch: pa.RecordBatch, topics: list[str],
+                    topic_codes: np.ndarray) -> None:
+        """Kafka refuses a record without a key for a compacted topic (InvalidRecord): so
+        does the writer, before anything is written, naming the topic and the row."""
+        compacted = getattr(self.partitioner.partitions_of, "compacted", None)
+        if compacted is None:
+            return
+        names = batch.schema.names
+        for code, topic in enumerate(topics):
+            if not compacted(topic):
+                continue
+            if "key" not in names:
+                raise InvalidRecordError(null_key_error(topic, row=0))
+            null = np.asarray(batch.column(names.index("key")).is_null()
+                              .to_numpy(zero_copy_only=False)) & (topic_codes == code)
+            if null.any():
+                raise InvalidRecordError(null_key_error(topic, row=int(np.flatnonzero(null)[0])))
+
     def assign(self, batch: pa.RecordBatch) -> tuple[
             pa.RecordBatch, dict[tuple[str, int], np.ndarray | None]]:
         """``batch``'s record columns (no copy) and, per (topic, partition), the numbers of
@@ -114,6 +134,7 @@ class Router:
             topics = [str(t) for t in encoded.dictionary.to_pylist()]
             topic_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         counts = np.array([self.partitioner.partitions_of(t) for t in topics], dtype=np.int64)
+        self._check_keys(batch, topics, topic_codes)
         n_of_row = counts[topic_codes]
 
         part = np.full(n_rows, -1, dtype=np.int64)

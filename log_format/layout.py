@@ -195,6 +195,12 @@ def merged_dir(topic: str, partition: int, level: int) -> str:
     return f"{partition_dir(topic, partition)}/{sub}"
 
 
+def cleaned_dir(topic: str, partition: int, gen: int) -> str:
+    """Where the compacted segments of the cleaning that led to manifest ``gen`` live:
+    ``<t>-<p>/cleaned/<gen, 20 digits>`` (new names: put-if-absent never rewrites one)."""
+    return f"{partition_dir(topic, partition)}/cleaned/{_validate_offset(gen, 'gen'):020d}"
+
+
 def manifest_dir(topic: str, partition: int) -> str:
     return f"{partition_dir(topic, partition)}/{MANIFEST_DIR}"
 

@@ -14,7 +14,11 @@ deletes them, which frees their names for put-if-absent again, and a zombie's la
 there must stay invisible for good (the trap of the pruned-offset takeover). Merged objects
 hold the same bytes as the small objects they replaced, so a reader may switch from one to
 the other at any offset; a merged object deleted under a reader (superseded by a bigger
-one, after the grace period) makes it read the newest manifest again.
+one, after the grace period) makes it read the newest manifest again. Compacted segments
+(``gen`` > 0, topics with ``cleanup.policy=compact``) hold a subset of what they replaced,
+each record at its original offset: a reader switching to one at its cursor reads on from
+the same offset and skips only superseded records, as a Kafka consumer of a compacted
+topic does.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .layout import (
     MAX_MERGE_LEVEL,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
+    cleaned_dir,
     manifest_dir,
     manifest_path,
     merged_dir,
@@ -63,9 +68,15 @@ class MergedObject:
     size: int
     has_txnindex: bool = False
     max_timestamp: int = -1
+    # > 0: a compacted segment (issue 16), written by the cleaning that led to manifest
+    # ``gen`` under ``<t>-<p>/cleaned/<gen>/``: it holds fewer records than what it
+    # replaced, under a new name (put-if-absent never rewrites a name)
+    gen: int = 0
 
     def path(self, topic: str, partition: int, suffix: str = LOG_SUFFIX) -> str:
         name = segment_name(self.base_offset, suffix)
+        if self.gen:
+            return f"{cleaned_dir(topic, partition, self.gen)}/{name}"
         return f"{merged_dir(topic, partition, self.level)}/{name}"
 
     def paths(self, topic: str, partition: int) -> list[str]:
@@ -76,15 +87,19 @@ class MergedObject:
         return [self.path(topic, partition, s) for s in sfx]
 
     def to_json(self) -> list[int]:
-        return [self.level, self.base_offset, self.end_offset, self.size,
-                int(self.has_txnindex), self.max_timestamp]
+        row = [self.level, self.base_offset, self.end_offset, self.size,
+               int(self.has_txnindex), self.max_timestamp]
+        return [*row, self.gen] if self.gen else row  # uncompacted rows keep their bytes
 
     @classmethod
     def from_json(cls, row: Any) -> MergedObject:
-        level, base, end, size, txn, max_ts = (int(v) for v in row)
-        if not 0 <= level <= MAX_MERGE_LEVEL or not 0 <= base <= end or size < 0:
+        if len(row) not in (6, 7):
             raise ValueError(f"bad merged object {row!r}")
-        return cls(level, base, end, size, bool(txn), max_ts)
+        level, base, end, size, txn, max_ts = (int(v) for v in row[:6])
+        gen = int(row[6]) if len(row) == 7 else 0
+        if not 0 <= level <= MAX_MERGE_LEVEL or not 0 <= base <= end or size < 0 or gen < 0:
+            raise ValueError(f"bad merged object {row!r}")
+        return cls(level, base, end, size, bool(txn), max_ts, gen)
 
 
 @dataclass(frozen=True)

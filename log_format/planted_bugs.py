@@ -29,6 +29,9 @@ Names and where they act:
   open transaction's reserved offsets may not be written yet: the gap is taken for resolved,
   the merged end passes it and the write that lands there later is never read
   (coordinator/log_merger.py)
+- ``compact_ignore_aborted``: the log cleaner's offset map takes the keys of aborted
+  transactions as if committed, so an aborted write supersedes the committed value of its
+  key and compaction removes that value (log_format/log_cleaner.py)
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import os
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
-                   "delete_before_grace", "merge_above_lso"})
+                   "delete_before_grace", "merge_above_lso", "compact_ignore_aborted"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

@@ -378,8 +378,9 @@ class PartitionReader:
                 break
             except _StaleListing:
                 # a listing too old to trust for small objects: renewed through the
-                # manifest, or listed again; go on from the cursor (merged objects hold
-                # the same bytes)
+                # manifest, or listed again; go on from the cursor (merged objects hold the
+                # same bytes; compacted ones the same records at the same offsets, less the
+                # superseded ones)
                 relist = False
             except FileNotFoundError:
                 # an object merged away and deleted under us: read the newest manifest

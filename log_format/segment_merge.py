@@ -159,3 +159,7 @@ def merge_segment(inputs: Sequence[MergeInput], *,
         timeindex=encode_time_index(times, base),
         txnindex=encode_txn_index(aborted) if aborted else None,
         max_timestamp=max_ts, batches=batches)
+
+
+# The same entries for the log cleaner (``log_cleaner``), whose output is built batch by batch.
+sparse_entries = _sparse_entries

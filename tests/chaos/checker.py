@@ -42,6 +42,7 @@ import bisect
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,8 +140,11 @@ def _reads(op: dict[str, Any]) -> Iterable[tuple[str, int, int]]:
             yield tp, offset, value
 
 
-def check(ops_in: Iterable[dict[str, Any]]) -> Result:
-    """Every check over one history."""
+def check(ops_in: Iterable[dict[str, Any]], compacted: bool = False) -> Result:
+    """Every check over one history. ``compacted``: the topics have
+    ``cleanup.policy=compact`` (issue 16), so a value may disappear once it is superseded
+    (see ``compaction.superseded``), and a read_uncommitted read may stop showing aborted
+    data the cleaner removed; nothing else may."""
     ops = list(ops_in)
     res = Result()
     txns = build_txns(ops)
@@ -157,14 +161,20 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
         for tp, offset, value in _reads(op):
             where.setdefault(value, (tp, offset))
 
+    gone: set[int] = set()  # values compaction may have removed
+    gone_uncommitted: set[int] = set()
+    if compacted:
+        from .compaction import removable
+        gone, gone_uncommitted = removable(ops, txns, where, finals[-1] if finals else None)
+        res.stats["superseded"] = len(gone)
     _check_retries(res, [op for op in ops if op["f"] == "retry"])
     _check_values(res, polls, by_value)
-    _check_offsets(res, polls)
+    _check_offsets(res, polls, gone | gone_uncommitted)
     _check_bounds(res, polls)
     _check_consumers(res, polls)
-    _check_torn(res, polls, txns, by_value, where)
+    _check_torn(res, polls, txns, by_value, where, gone)
     if finals:
-        _check_final(res, finals[-1], txns)
+        _check_final(res, finals[-1], txns, gone)
         streams = [op for op in ops if op["f"] == "stream-final"]
         if streams:
             _check_stream(res, finals[-1], streams[-1])
@@ -228,8 +238,10 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
                 seen_at[value] = (tp, offset)
 
 
-def _check_offsets(res: Result, polls: list[dict[str, Any]]) -> None:
-    """inconsistent-offset: two values at one offset, or a covered offset read empty."""
+def _check_offsets(res: Result, polls: list[dict[str, Any]],
+                   gone: AbstractSet[int] = frozenset()) -> None:
+    """inconsistent-offset: two values at one offset, or a covered offset read empty
+    (unless its value is one compaction may remove: ``gone``)."""
     values: dict[tuple[str, str, int], int] = {}
     returned: dict[tuple[str, str], set[int]] = defaultdict(set)
     for op in polls:
@@ -252,7 +264,8 @@ def _check_offsets(res: Result, polls: list[dict[str, Any]]) -> None:
                 continue
             i = bisect.bisect_left(offsets, lo)
             j = bisect.bisect_left(offsets, hi)
-            missing = [o for o in offsets[i:j] if o not in got[tp]]
+            missing = [o for o in offsets[i:j] if o not in got[tp]
+                       and values.get((iso, tp, o)) not in gone]
             if missing:
                 res.add("inconsistent-offset", isolation=iso, tp=tp, proc=op["proc"],
                         mode=op.get("mode"), range=[lo, hi], read_empty_here=missing[:10],
@@ -310,7 +323,8 @@ def _check_consumers(res: Result, polls: list[dict[str, Any]]) -> None:
 
 
 def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
-                by_value: dict[int, Txn], where: dict[int, tuple[str, int]]) -> None:
+                by_value: dict[int, Txn], where: dict[int, tuple[str, int]],
+                gone: AbstractSet[int] = frozenset()) -> None:
     """Atomic visibility: every read_committed read sees a transaction whole or not at all."""
     for op in polls:
         if op.get("isolation") != "read_committed" or op.get("mode") == "final":
@@ -325,9 +339,9 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
         for tid, vals in seen.items():
             txn = txns[tid]
             if full:
-                missing = sorted(txn.values - vals)
+                missing = sorted(txn.values - vals - gone)
             elif bounds:  # incremental: the rest must lie below this snapshot's LSO
-                missing = [v for v in sorted(txn.values - vals)
+                missing = [v for v in sorted(txn.values - vals - gone)
                            if (loc := where.get(v)) is None
                            or loc[1] >= bounds.get(loc[0], (0, 0))[1]]
             else:
@@ -346,11 +360,12 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
                         cause="held back by the LSO" if hidden else "missing")
 
 
-def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn]) -> None:
+def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn],
+                 gone: AbstractSet[int] = frozenset()) -> None:
     """Lost writes, unknown outcomes resolved, and per-producer order, on the final read."""
     visible: dict[int, tuple[str, int]] = {v: (tp, o) for tp, o, v in _reads(final)}
     for txn in txns.values():
-        vals = txn.values
+        vals = txn.values - gone
         shown = {v for v in vals if v in visible}
         status = txn.status
         if status == "committed" and shown != vals:

@@ -69,6 +69,21 @@ FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
 # happen many times a second, under every fault class.
 MERGE_ARGS = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1"]
 TOPIC_CONFIG = {"segment.bytes": 2048, "file.delete.delay.ms": 2000}
+# Compacted topics (issue 16; ``--compact`` or TXNLOG_CHAOS_COMPACT=1): the same workload
+# (keys k0-k3 per partition) into topics the log cleaner compacts whenever a tenth of their
+# closed segments is dirty, with the compaction fault points armed too, checked by a
+# checker that lets only superseded values vanish (chaos/compaction.py).
+COMPACT_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
+                  "delete.retention.ms": "1000"}
+COMPACT_FAULT_POINTS = ("after_compact_plan", "after_compact_output", "after_compact_manifest")
+
+
+def compacting() -> bool:
+    return os.environ.get("TXNLOG_CHAOS_COMPACT") == "1"
+
+
+def topic_config() -> dict[str, Any]:
+    return {**TOPIC_CONFIG, **COMPACT_CONFIG} if compacting() else TOPIC_CONFIG
 
 
 @dataclass
@@ -113,6 +128,7 @@ class Outcome:
     one_shot_dropped: int = 0  # one-shot ids the coordinators dropped (their logs)
     merges: int = 0  # manifests published (the newest one's seq, summed over partitions)
     segments: int = 0  # closed Kafka segments (level 0) named by the newest manifests
+    compacted: int = 0  # of which compacted by the log cleaner (compacted topics)
     runs: int = 0  # runs of open segments named by the newest manifests
     merged_share: float = 0.0  # of the offsets below the final LSOs: below the merged end
     deleted: int = 0  # small objects the storage watcher saw that were gone at the end
@@ -425,7 +441,8 @@ class Scenario:
         if not self.live_coordinators():
             faults = None
             if self.fault in ("coordinator-faultpoints", "mixed") and self.rng.random() < 0.7:
-                faults = f"{self.rng.choice(FAULT_POINTS)}:{self.rng.randint(1, 15)}"
+                points = FAULT_POINTS + (COMPACT_FAULT_POINTS if compacting() else ())
+                faults = f"{self.rng.choice(points)}:{self.rng.randint(1, 15)}"
             self.start_coordinator(faults)
 
     def _sleep(self, lo: float, hi: float) -> None:
@@ -576,6 +593,7 @@ class Scenario:
                 continue
             out.merges += man.seq
             out.segments += sum(1 for o in man.objects if o.level == 0)
+            out.compacted += sum(1 for o in man.objects if o.gen)
             out.runs += sum(1 for o in man.objects if o.level > 0)
             merged += min(man.end_offset, lso)
         out.merged_share = round(merged / stable, 3) if stable else 0.0
@@ -844,7 +862,7 @@ class Scenario:
         endpoint = first.wait_healthy(60)
         client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
         for topic, n in workload.TOPICS.items():
-            client.create_topic(topic, n, TOPIC_CONFIG, exist_ok=True)
+            client.create_topic(topic, n, topic_config(), exist_ok=True)
         if self.spark:
             client.create_topic(OUT_TOPIC, OUT_PARTITIONS, TOPIC_CONFIG, exist_ok=True)
         self.stop_watch = threading.Event()
@@ -888,7 +906,7 @@ class Scenario:
         watcher.join(30)
         ops = list(read_history(self.hist_dir))
         self.merge_stats(out, ops)
-        res = checker.check(ops)
+        res = checker.check(ops, compacted=compacting())
         (self.dir / "check.txt").write_text(res.summary() + "\n")
         out.anomalies = res.counts
         if not res.stats.get("committed"):
@@ -1029,6 +1047,7 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
                 log(f"{fault:24s} {backend:4s} txns={res.txns} committed={res.committed} "
                     f"unknown={res.unknown} records={res.records} faults={res.faults_injected}"
                     f" merges={res.merges} segments={res.segments} deleted={res.deleted}"
+                    f" compacted={res.compacted}"
                     f" merged={res.merged_share} late_writes={res.late_writes}/"
                     f"{res.late_writes_tried} held={res.held_scans}/gone={res.held_gone}"
                     f" anomalies={res.anomalies or 0} error={res.error} {res.seconds}s")
@@ -1080,12 +1099,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unsafe", default="",
                     help="planted bugs (TXNLOG_UNSAFE names) for the processes: the run must "
                          "then report the matching anomaly")
+    ap.add_argument("--compact", action="store_true",
+                    help="topics with cleanup.policy=compact, compacted all the time (issue 16)")
     ap.add_argument("--table", type=Path, nargs="+", default=None,
                     help="print the markdown table of results.json file(s) and exit")
     args = ap.parse_args(argv)
     if args.table is not None:
         print(markdown_table([r for path in args.table for r in json.loads(path.read_text())]))
         return 0
+    if args.compact:
+        os.environ["TXNLOG_CHAOS_COMPACT"] = "1"
     profile = PROFILES["long" if args.long else args.profile]
     if args.txns or args.duration or args.producers:
         profile = replace(profile, producers=args.producers or profile.producers,

@@ -501,3 +501,74 @@ def test_the_harness_catches_merging_bugs(planted: str, fault: str, tmp_path: Pa
                      log=print)
     assert res.error is None, res.error
     assert res.anomalies, res
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "compact_ignore_aborted"])
+def test_compact_ignore_aborted_loses_the_latest_committed_value(
+        planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compacted topic (issue 16): a committed value, then an aborted write of the same
+    key, then other keys until segments close and the cleaner runs. The cleaner must not
+    let the aborted write supersede the committed value."""
+    from .run import COMPACT_CONFIG, MERGE_ARGS, TOPIC_CONFIG
+
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "compact_ignore_aborted")  # the coordinator's
+    rec = Recorder(tmp_path)
+    root = (tmp_path / "root").as_uri()
+    proc = CoordinatorProc(root, log_path=tmp_path / "c.log", extra=MERGE_ARGS)
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    try:
+        proc.wait_healthy()
+        for topic, n in workload.TOPICS.items():
+            proc.client().create_topic(topic, n, {**TOPIC_CONFIG, **COMPACT_CONFIG})
+        p = producer(root, proc.endpoint, "A")  # type: ignore[arg-type]
+
+        def one(txn: str, value: int, key: str, commit: bool = True) -> None:
+            p.begin_transaction()
+            rec.h.write("send", proc="A", txn=txn, topic=TOPIC, partition=0, key=key,
+                        value=value)
+            p.send(TOPIC, str(value).encode(), key=key.encode(), partition=0)
+            if not commit:
+                p.flush()
+            rec.end(p, txn, commit)
+
+        one("A:0", 1, "k")
+        one("A:1", 2, "k", commit=False)
+        for i in range(2, 40):
+            one(f"A:{i}", 100 + i, f"x{i % 5}")
+        storage = Storage.for_url(root)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            man = read_latest_manifest(storage, TOPIC, 0)
+            if man is not None and any(o.gen and o.base_offset == 0 for o in man.objects):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("never compacted")
+        rec.final(root)
+    finally:
+        proc.stop()
+    rec.h.close()
+    found = check(read_history(tmp_path / "h.jsonl"), compacted=True).counts
+    if planted:
+        assert "lost-write" in found, found
+    else:
+        assert found == {}
+
+
+@pytest.mark.slow
+def test_the_harness_catches_a_compaction_bug(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chaos harness with compacted topics (the short profile run for a minute, so
+    segments close and are compacted on a loaded machine) reports the planted compaction
+    bug."""
+    from dataclasses import replace
+
+    from .run import PROFILES, run_all
+
+    monkeypatch.setenv("TXNLOG_CHAOS_COMPACT", "1")
+    profile = replace(PROFILES["short"], duration=60.0, txns_per_producer=150)
+    (res,) = run_all(["none"], ["file"], profile, tmp_path, seed=5,
+                     unsafe="compact_ignore_aborted", log=print)
+    assert res.error is None, res.error
+    assert res.compacted and res.anomalies, res

@@ -70,6 +70,13 @@ def err(exc: BaseException) -> str:
 
 
 # ================================================================== producer
+def key_space() -> int:
+    """Keys per partition: 4, or 64 on compacted topics (chaos run --compact), so a key's
+    last committed value often stays the last while segments close and are compacted —
+    where a cleaner that drops it is caught."""
+    return 64 if os.environ.get("TXNLOG_CHAOS_COMPACT") == "1" else 4
+
+
 class ProducerWorker:
     """One transactional id, one transaction at a time, re-initialized after any error."""
 
@@ -214,7 +221,7 @@ class ProducerWorker:
             for i, (topic, p) in enumerate(parts):
                 for _ in range(rng.randint(1, 3)):
                     value = self.next_value()
-                    key = f"k{rng.randrange(4)}"
+                    key = f"k{rng.randrange(key_space())}"
                     # recorded before it is sent: a SIGKILL must not leave unknown values
                     self.hist.write("send", txn=txn, topic=topic, partition=p, key=key,
                                     value=value, t0=time.time())
