@@ -328,6 +328,11 @@ class IdempotentProducer(_Producer):
                          buffer_records, 60_000)
         self._writer.start_epoch(*self.client.init_producer_id(None))
         self._state = _State.READY
+        self._unpublished = False  # written by a full buffer, not yet waited for
+
+    def _flush(self, wait_stable: bool = False, confirm: bool = True) -> None:
+        self._unpublished = self._unpublished or (bool(self._buffers) and not wait_stable)
+        super()._flush(wait_stable, confirm)
 
     def send(self, topic: str, value: Any, key: Any = None,
              headers: Iterable[tuple[str, Any]] | None = None, partition: int | None = None,
@@ -337,10 +342,16 @@ class IdempotentProducer(_Producer):
         return self._send(topic, value, key, headers, partition, timestamp)
 
     def flush(self) -> None:
-        """Write everything buffered; returns once the stable snapshot includes it."""
+        """Write everything buffered; returns once the stable snapshot includes it, and
+        everything sent before (a full buffer was written by ``send`` itself, without
+        waiting: flush then has nothing left to write, but still waits)."""
         with self._lock:
             self._check(_State.READY)
-            self._flush(wait_stable=True)
+            if self._buffers:
+                self._flush(wait_stable=True)
+            elif self._unpublished:
+                self._writer.confirm([], wait_stable=True)
+            self._unpublished = False
 
     def close(self) -> None:
         """Flush what is buffered, then close."""

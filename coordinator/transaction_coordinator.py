@@ -87,6 +87,13 @@ def _offsets(parts: list[dict[str, Any]]) -> list[PartitionOffset]:
     return [PartitionOffset(p["topic"], p["partition"], p["base_offset"]) for p in parts]
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Done callback of a publish nobody awaits: its failure is the publisher's to report
+    (a failed publisher stops the process), not an unretrieved-exception warning."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class TransactionCoordinator:
     """The coordinator's operations (one asyncio loop owns it and all its state)."""
 
@@ -434,8 +441,14 @@ class TransactionCoordinator:
         txn = self.state.txns.get(ps.tid or "") if ps is not None else None
         if txn is not None:
             txn.last_heartbeat = time.monotonic()
+        # Confirmed ranges move the HW: publish it whether or not this caller waits, as a
+        # broker's HW moves by itself (without, idempotent data stayed invisible until some
+        # other change published a head).
+        published = self.request_stable()
         if wait_stable:
-            await self.request_stable()
+            await published
+        else:
+            published.add_done_callback(_retrieve)
         return {}
 
     async def heartbeat(self, tid: str, pid: int, epoch: int) -> Reply:
