@@ -513,7 +513,14 @@ class TransactionCoordinator:
             if (txn.state is TxnState.PREPARE_COMMIT) != commit:
                 raise InvalidTxnStateError(
                     f"{tid!r} is already in {txn.state.kafka_name}; cannot {want}")
-            return await self.completer.completion(txn)
+            reply = await self.completer.completion(txn)
+            last = txn.last
+            if last is not None and (last["pid"], last["epoch"]) == (pid, epoch):
+                # Ended for the coordinator's own reason (a timeout): the answer every
+                # retry gets (late_end), not the client's success it only joined (a
+                # one-shot id's retry was answered otherwise: chaos, coordinator-pause)
+                txn.late_end(want, last)
+            return reply
         if txn.state is not TxnState.ONGOING:
             if commit:
                 raise InvalidTxnStateError(

@@ -295,3 +295,34 @@ def test_a_stale_coordinator_never_answers_unknown_id(tmp_path: Path) -> None:
         await old.halt()
         await new.stop()
     asyncio.run(main())
+
+
+def test_an_abort_joining_the_coordinators_timeout_abort_answers_as_its_retries(
+        tmp_path: Path) -> None:
+    """The coordinator aborts a transaction past its timeout while the client's own abort
+    arrives: both end in ABORT, and the client's answer must be the one every retry of it
+    gets (the timeout's InvalidProducerEpoch) — it was "ok" the first time and the error on
+    the retry, which the chaos harness reported as retry-changed under coordinator-pause."""
+    async def body(c: TransactionCoordinator) -> None:
+        tid = "one-shot-timeout"
+        init = await c.init_producer_id(tid, 60_000, True)
+        pid, epoch = init["producer_id"], init["epoch"]
+        r = await c.reserve(pid, epoch, [{"topic": TOPIC, "partition": 0,
+                                          "base_sequence": 0, "count": 1}])
+        await c.confirm(pid, epoch, r)
+        txn = c.state.txns[tid]
+        txn.last_heartbeat -= 120  # past its 60 s timeout
+        await c.timers.check()  # the timeout abort starts (spawned)
+        for _ in range(100):  # its Prepare applied, its completion not yet answered
+            if txn.state is not TxnState.ONGOING:
+                break
+            await asyncio.sleep(0)
+        assert txn.state is TxnState.PREPARE_ABORT
+        answers = []
+        for _ in range(2):  # the client's abort, joining it; then its retry
+            try:
+                answers.append((await c.end_txn(tid, pid, epoch, False))["outcome"])
+            except errors.InvalidProducerEpochError as exc:
+                answers.append(type(exc).__name__)
+        assert answers == ["InvalidProducerEpochError"] * 2
+    _run(tmp_path, HOUR_MS, body)
