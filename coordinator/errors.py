@@ -31,6 +31,12 @@ class UnknownServerError(CoordinatorError):
     name, code, http_status = "UnknownServerError", -1, 500
 
 
+class OffsetOutOfRangeError(CoordinatorError):
+    """Kafka's OFFSET_OUT_OF_RANGE (DeleteRecords past the high watermark)."""
+
+    name, code = "OffsetOutOfRange", 1
+
+
 class UnknownTopicOrPartitionError(CoordinatorError):
     name, code = "UnknownTopicOrPartition", 3
 
@@ -118,7 +124,8 @@ class ProducerFencedError(CoordinatorError):
 
 ERRORS: dict[str, type[CoordinatorError]] = {
     cls.name: cls for cls in (
-        UnknownServerError, UnknownTopicOrPartitionError, CoordinatorLoadInProgressError,
+        UnknownServerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError,
+        CoordinatorLoadInProgressError,
         NotCoordinatorError, InvalidTopicError, TopicAlreadyExistsError,
         InvalidPartitionsError, InvalidRequestError, InvalidConfigError,
         AuthenticationFailedError, OutOfOrderSequenceError,

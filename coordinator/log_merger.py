@@ -35,6 +35,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -114,6 +115,9 @@ class LogMerger:
         # GETs, not eight
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="coord-merge")
         self._wake: asyncio.Event | None = None
+        # Roles that write a partition's manifest too (retention, issue 14; compaction):
+        # called each tick in this task, so they never interleave with a merge.
+        self.hooks: list[Callable[[], Awaitable[Any]]] = []
         state.observers.append(self.observe)
 
     # ------------------------------------------------------------------ what to look at
@@ -159,7 +163,7 @@ class LogMerger:
 
     # ------------------------------------------------------------------------ the loop
     def start(self) -> None:
-        if not self.enabled:
+        if not self.enabled and not self.hooks:
             return
         if not self.state.merge_swept:  # a root written before merging: look at all once
             self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
@@ -198,6 +202,11 @@ class LogMerger:
             if pm.planned is not None and key not in self.refused:
                 await self._guarded(key, self._finish(pm.planned))
                 done += 1
+        for hook in self.hooks:
+            await hook()
+        if not self.enabled:
+            await self.clean_due()
+            return done
         for key in self._candidates(now_ms()):
             self.dirty.pop(key, None)
             while done < MERGES_PER_TICK and await self._guarded(key, self.merge_once(key)):

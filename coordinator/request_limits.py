@@ -157,6 +157,16 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "topic": Field(TOPIC, required=False, nullable=True),
         "partition": Field(PARTITION, required=False, nullable=True),
         "start_offset": Field(OFFSET, required=False, nullable=True)}),
+    # the topic lifecycle (topic_admin.py, issue 14)
+    "delete_records": Obj({
+        "partitions": Field(_part(offset=Int(-1, INT64[1]))),
+        "timeout_ms": Field(Int(0, INT32[1]), required=False, default=60_000)}),
+    "alter_configs": Obj({
+        "name": Field(TOPIC),
+        "set": Field(ConfigMap(), required=False, default={}, nullable=True),
+        "delete": Field(ListOf(Str(max_bytes=255), max_items=MAX_CONFIG_ENTRIES),
+                        required=False, nullable=True),
+        "validate_only": Field(Bool(), required=False, default=False)}),
 }
 
 def deeper_than(value: Any, limit: int) -> bool:

@@ -120,6 +120,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs of one level that make a run of the next (default 8)")
     parser.add_argument("--merge-interval-s", type=float, default=1.0,
                         help="how often partitions are looked at for merging (default 1)")
+    parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
+                        help="how often retention.ms/retention.bytes are applied (Kafka's "
+                             "log.retention.check.interval.ms, default 300000)")
     parser.add_argument("--no-register", action="store_true",
                         help="do not write _coordinator.json")
     parser.add_argument("--advertised-url", default=None, metavar="URL",
@@ -223,7 +226,8 @@ class CoordinatorServer:
             merge_settings=MergeSettings(min_objects=args.merge_min_objects,
                                          fanout=args.merge_fanout,
                                          interval_s=args.merge_interval_s),
-            merging=not args.no_merge)
+            merging=not args.no_merge,
+            retention_check_interval_ms=args.retention_check_interval_ms)
         self.metrics = Metrics(self.coordinator)
         self.coordinator.metrics = self.metrics
         self.state = ServingState()

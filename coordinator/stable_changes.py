@@ -38,7 +38,8 @@ from .state import CoordinatorState
 from .txn_log_records import LogRecord
 
 NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets",
-                           "merge", "merged", "cleaned", "swept", "group_delete"})
+                           "merge", "merged", "cleaned", "swept", "group_delete",
+                           "log_start", "retain", "retained", "topic_config"})
 
 
 def _plan_keys(plan: Any) -> Iterable[str]:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import log_retention
 from .completion_plan import CompletionPlan
 from .errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
 from .merge_state import PartitionMerges, apply_cleaned, apply_merge, apply_merged
@@ -34,6 +35,7 @@ from .partition_state import (
     partition_key,
 )
 from .states import TxnState
+from .topic_config import effective_config
 from .txn_log_records import LogRecord
 from .txn_metadata import Txn
 
@@ -63,6 +65,10 @@ class CoordinatorState:
     # Every partition was looked at for merging once (roots written before merging existed
     # convert by that sweep; a root that has it needs no sweep at start).
     merge_swept: bool = False
+    # Retention and DeleteRecords (log_retention.py): log start offsets DeleteRecords asked
+    # for, per partition key, and log start changes logged but not yet published.
+    log_start_wanted: dict[str, int] = field(default_factory=dict)
+    retain_planned: dict[str, Any] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -76,6 +82,12 @@ class CoordinatorState:
             raise InvalidProducerIdMappingError(
                 f"transactional id {tid!r} is unknown: call init_producer_id first")
         return txn
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's effective configs: what it sets (at creation or altered since) over
+        Kafka's defaults — what merging, retention and compaction act on."""
+        meta = self.topics.get(topic)
+        return effective_config(meta.get("config") or {} if meta else {})
 
     def partition(self, key: str) -> PartitionState:
         """A partition's state (an empty one for a partition nothing was reserved in)."""
@@ -154,6 +166,19 @@ class CoordinatorState:
 
     def _apply_swept(self, d: dict[str, Any]) -> None:
         self.merge_swept = True
+
+    def _apply_log_start(self, d: dict[str, Any]) -> None:
+        log_retention.apply_log_start(self, d)
+
+    def _apply_retain(self, d: dict[str, Any]) -> None:
+        log_retention.apply_retain(self, d)
+
+    def _apply_retained(self, d: dict[str, Any]) -> None:
+        log_retention.apply_retained(self, d)
+
+    def _apply_topic_config(self, d: dict[str, Any]) -> None:
+        """IncrementalAlterConfigs: the topic's whole config after the change."""
+        self.topics[d["name"]]["config"] = dict(d["config"])
 
     def _apply_takeover(self, d: dict[str, Any]) -> None:
         self.coordinator_epoch = d["epoch"]
@@ -385,6 +410,7 @@ class CoordinatorState:
             **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
                if self.merges else {}),
             **({"merge_swept": True} if self.merge_swept else {}),
+            **log_retention.retention_snapshot(self),
         }
 
     @classmethod
@@ -418,6 +444,7 @@ class CoordinatorState:
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
         st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
         st.merge_swept = bool(s.get("merge_swept"))
+        log_retention.restore_retention(st, s)
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

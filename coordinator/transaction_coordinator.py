@@ -53,6 +53,7 @@ from .errors import (
 )
 from .group_offsets import GroupOffsets
 from .log_merger import LogMerger
+from .log_retention import DEFAULT_CHECK_INTERVAL_MS, LogRetention
 from .merge_policy import MergeSettings
 from .partition_state import (
     Offsets,
@@ -94,7 +95,8 @@ class TransactionCoordinator:
                  reservation_timeout_ms: int = 60_000, stable_keep: int = 10,
                  io_threads: int = 64, observer: Observer | None = None,
                  one_shot_id_retention_ms: int = ONE_SHOT_ID_RETENTION_MS,
-                 merge_settings: MergeSettings | None = None, merging: bool = True) -> None:
+                 merge_settings: MergeSettings | None = None, merging: bool = True,
+                 retention_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS) -> None:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
         self.state = CoordinatorState()
@@ -115,6 +117,10 @@ class TransactionCoordinator:
         self.merger = LogMerger(self.state, self.commits, self.io, self._published_lso,
                                 lambda: self.publisher.written is not None, self.observer,
                                 merge_settings, merging)
+        self.retention = LogRetention(self.state, self.commits, self.io, self.observer,
+                                      self._published_hw, self.merger.kick,
+                                      retention_check_interval_ms)
+        self.merger.hooks.append(self.retention.tick)
 
     # ========================================================== state, for callers
     @property
@@ -168,6 +174,11 @@ class TransactionCoordinator:
         """The LSO of the newest stable head written: merging stays below it."""
         written = self.publisher.written
         return 0 if written is None else written.lso(topic, partition)
+
+    def _published_hw(self, topic: str, partition: int) -> int:
+        """The HW of the newest stable head written: DeleteRecords may go up to it."""
+        written = self.publisher.written
+        return 0 if written is None else written.hw(topic, partition)
 
     def open_transactions(self) -> int:
         """Transactions not Empty/Complete* (a gauge, and the idle-exit check)."""

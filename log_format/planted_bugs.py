@@ -29,6 +29,11 @@ Names and where they act:
   open transaction's reserved offsets may not be written yet: the gap is taken for resolved,
   the merged end passes it and the write that lands there later is never read
   (coordinator/log_merger.py)
+- ``read_below_log_start``: readers read below the log start offset as if nothing were
+  deleted, skipping silently to the first object left instead of OffsetOutOfRange
+  (log_format/reader.py)
+- ``retention_deletes_kept_segment``: retention deletes, with the segments it drops, the
+  first segment the new manifest still names (coordinator/log_retention.py)
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ import os
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
-                   "delete_before_grace", "merge_above_lso"})
+                   "delete_before_grace", "merge_above_lso", "read_below_log_start",
+                   "retention_deletes_kept_segment"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

@@ -1,0 +1,265 @@
+"""Retention (retention.ms, retention.bytes) and DeleteRecords against real coordinator
+processes (coordinator/log_retention.py): whole closed segments go, the log start offset
+moves and is what readers call ``earliest``, a read below it is OffsetOutOfRange, the bytes
+under the root really drop after file.delete.delay.ms, and a restart finishes a planned
+change with the same manifest."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.errors import (
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.log_format import layout
+from txnlog.log_format.consumer import Consumer
+from txnlog.log_format.errors import OffsetOutOfRangeError as ReadOutOfRange
+from txnlog.log_format.manifest import read_latest_manifest
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.storage import Storage
+
+from tests.coordinator_proc import CoordinatorProc
+
+FAST = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1",
+        "--retention-check-interval-ms", "200"]
+
+
+@contextmanager
+def coordinator(root: str, *extra: str, faults: str | None = None) -> Iterator[CoordinatorProc]:
+    proc = CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
+    try:
+        proc.wait_healthy()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def write(root: str, endpoint: str, topic: str, n: int, *, start: int = 0,
+          timestamp_ms: int | None = None, size: int = 100) -> None:
+    producer = TransactionalProducer(root, f"w-{topic}", coordinator=endpoint)
+    producer.init_transactions()
+    for i in range(start, start + n):
+        producer.begin_transaction()
+        producer.send(topic, f"v{i:06d}".encode().ljust(size, b"."), partition=0,
+                      timestamp=timestamp_ms)
+        producer.commit_transaction()
+    producer.close()
+
+
+def tree_bytes(storage: Storage, topic: str) -> tuple[int, int]:
+    """(objects, bytes) under the partition's directory, every level."""
+    base = layout.partition_dir(topic, 0)
+    n = size = 0
+    stack = [base]
+    while stack:
+        d = stack.pop()
+        for o in storage.list(d):
+            n += 1
+            size += o.size
+        stack.extend(f"{d}/{sub}" for sub in storage.list_dirs(d))
+    return n, size
+
+
+def wait_for(what: str, check, timeout: float = 90.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not reached in {timeout}s (last {last!r})")
+
+
+def values(storage: Storage, topic: str, start: int | None = None) -> list[str]:
+    reader = PartitionReader(storage, topic, 0)
+    table = reader.read_table(start)
+    return [v.decode().rstrip(".") for v in table.column("value").to_pylist()]
+
+
+def test_choose_drop_follows_kafkas_three_predicates() -> None:
+    """Kafka's deleteRetentionMsBreachedSegments / deleteRetentionSizeBreachedSegments /
+    deleteLogStartOffsetBreachedSegments on closed segments (level 0), oldest first, each a
+    prefix; runs of the open segment never go."""
+    from txnlog.coordinator.log_retention import choose_drop
+    from txnlog.coordinator.merge_state import PartitionMerges
+    from txnlog.coordinator.topic_config import effective_config
+    from txnlog.log_format.manifest import MergedObject
+
+    now = 10_000_000
+    objs = [MergedObject(0, 0, 10, 1000, False, now - 5000),
+            MergedObject(0, 10, 20, 1000, False, now - 3000),
+            MergedObject(0, 20, 30, 1000, False, now - 500),
+            MergedObject(1, 30, 35, 400, False, now - 6000)]  # a run: never deleted
+    pm = PartitionMerges(seq=4, objects=objs)
+
+    def drop(cfg: dict[str, str], wanted: int = 0, small: int = 0) -> tuple[int, int, str]:
+        return choose_drop(pm, effective_config(cfg), wanted, now, small)
+
+    assert drop({}) == (0, 0, "delete_records")  # 7 days: nothing
+    assert drop({"retention.ms": "4000"})[:2] == (1, 10)
+    assert drop({"retention.ms": "2999"})[:2] == (2, 20)
+    assert drop({"retention.ms": "3000"})[:2] == (1, 10)  # "more than": strictly older
+    assert drop({"retention.ms": "0"})[:2] == (3, 30)  # never the run
+    assert drop({"retention.ms": "-1"})[:2] == (0, 0)
+    # size 3400 + 600 not merged = 4000: over 2500 by 1500: one segment (1000) fits the
+    # overshoot, a second (2000) does not
+    assert drop({"retention.bytes": "2500"}, small=600)[:2] == (1, 10)
+    assert drop({"retention.bytes": "2000"}, small=600)[:2] == (2, 20)
+    assert drop({"retention.bytes": "0"}, small=600)[:2] == (3, 30)
+    # cleanup.policy=compact: no time or size retention, but the log start still applies
+    assert drop({"retention.ms": "0", "cleanup.policy": "compact"})[:2] == (0, 0)
+    assert drop({"cleanup.policy": "compact"}, wanted=25)[:2] == (2, 25)
+    assert drop({"cleanup.policy": "compact,delete", "retention.ms": "0"})[:2] == (3, 30)
+    # DeleteRecords inside a segment: the log start moves, the segment stays
+    assert drop({}, wanted=15) == (1, 15, "log_start")
+    pm.log_start = 17
+    assert drop({}, wanted=15)[:2] == (1, 17)  # never backwards
+
+
+def test_retention_ms_deletes_old_segments_and_moves_log_start(every_root: str) -> None:
+    storage = Storage.for_url(every_root)
+    with coordinator(every_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("t", 1, {"segment.bytes": "2000", "retention.ms": "3000",
+                                     "file.delete.delay.ms": "2000"})
+        write(every_root, proc.endpoint, "t", 60)
+        man = wait_for("retention applied", lambda: (m := read_latest_manifest(storage, "t", 0))
+                       and m.log_start_offset > 0 and m)
+        # whole segments only: the log start is the first kept object's base
+        assert man.log_start_offset == man.start_offset
+        client.alter_configs("t", {"retention.ms": "-1"})  # no more: exact checks below
+        time.sleep(1)
+        reader = PartitionReader(storage, "t", 0)
+        start = reader.earliest_offset()
+        man = read_latest_manifest(storage, "t", 0)
+        assert start == man.log_start_offset == man.start_offset > 0
+        # what is left: the newest records, contiguous up to the end
+        got = values(storage, "t")
+        assert got == [f"v{i:06d}" for i in range(60 - len(got), 60)]
+        with pytest.raises(ReadOutOfRange) as exc:
+            list(reader.read(0))
+        assert exc.value.log_start == start and "[0, " in str(exc.value)
+        # the deleted segments' objects are gone after the grace period
+        assert wait_for("first segment deleted", lambda: not storage.exists(
+            layout.merged_dir("t", 0, 0) + f"/{layout.segment_name(0)}"))
+
+
+def test_retention_bytes_keeps_the_partition_under_the_limit(any_root: str) -> None:
+    storage = Storage.for_url(any_root)
+    with coordinator(any_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("b", 1, {"segment.bytes": "3000", "retention.bytes": "6000",
+                                     "file.delete.delay.ms": "2000"})
+        write(any_root, proc.endpoint, "b", 150, size=200)
+        hw = PartitionReader(storage, "b", 0).high_watermark()
+
+        def settled():  # type: ignore[no-untyped-def]
+            m = read_latest_manifest(storage, "b", 0)
+            if m is None or m.log_start_offset == 0:
+                return None
+            closed = sum(o.size for o in m.objects)
+            return m if closed <= 6000 + 3000 else None
+        man = wait_for("retention.bytes applied", settled)
+        # what is left: the newest records, contiguous up to the end
+        got = values(storage, "b")
+        assert got == [f"v{i:06d}" for i in range(150 - len(got), 150)]
+        assert PartitionReader(storage, "b", 0).earliest_offset() == man.log_start_offset
+        # bytes under the root really drop: within a few segments of retention.bytes
+        # (the open segment's runs and small objects are never deleted by retention, as
+        # Kafka keeps its active segment)
+        n, size = wait_for("garbage deleted", lambda: (t := tree_bytes(storage, "b"))
+                           and t[1] < 40_000 and t)
+        assert hw > 0 and size < 40_000, (n, size)
+
+
+def test_delete_records_moves_log_start_inside_a_segment(every_root: str) -> None:
+    storage = Storage.for_url(every_root)
+    with coordinator(every_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("d", 1, {"segment.bytes": "2000", "file.delete.delay.ms": "2000"})
+        write(every_root, proc.endpoint, "d", 60)
+        hw = PartitionReader(storage, "d", 0).high_watermark()
+        with pytest.raises(OffsetOutOfRangeError, match="high watermark"):
+            client.delete_records({("d", 0): hw + 1})
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_records({("d", 3): 1})
+        # offset 21: inside a segment (records at even offsets, markers at odd ones)
+        low = client.delete_records({("d", 0): 21})
+        assert low == {("d", 0): 21}
+        reader = PartitionReader(storage, "d", 0)
+        assert reader.earliest_offset() == 21
+        assert values(storage, "d") == [f"v{i:06d}" for i in range(11, 60)]
+        with pytest.raises(ReadOutOfRange):
+            list(reader.read(20))
+        # a lower offset changes nothing (Kafka: the low watermark never moves back)
+        assert client.delete_records({("d", 0): 5}) == {("d", 0): 21}
+        # a consumer positioned below the log start resets to it (auto_offset_reset)
+        consumer = Consumer(every_root, assignment={("d", 0): 0})
+        got = [r.value.decode().rstrip(".") for r in consumer.poll(timeout_s=5).get(
+            ("d", 0), [])]
+        got += [r.value.decode().rstrip(".") for r in consumer.poll(timeout_s=5).get(
+            ("d", 0), [])]
+        assert got[:1] == ["v000011"]
+        strict = Consumer(every_root, assignment={("d", 0): 0}, auto_offset_reset="none")
+        with pytest.raises(ReadOutOfRange):
+            strict.poll(timeout_s=1)
+        # -1: everything up to the high watermark; closed segments below it go
+        low = client.delete_records({("d", 0): -1})
+        assert low == {("d", 0): hw}
+        assert values(storage, "d") == []
+        assert PartitionReader(storage, "d", 0).earliest_offset() == hw
+        write(every_root, proc.endpoint, "d", 3, start=60)
+        assert values(storage, "d") == ["v000060", "v000061", "v000062"]
+    # a restarted coordinator keeps the log start offset
+    with coordinator(every_root):
+        assert PartitionReader(storage, "d", 0).earliest_offset() == hw
+
+
+def test_alter_configs_validated_and_applied(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("c", 1, {"segment.bytes": "2000"})
+        bad = [({"retention.msec": "1"}, "unknown topic config"),
+               ({"retention.ms": "forever"}, "must be an integer"),
+               ({"retention.ms": "-2"}, "must be in"),
+               ({"cleanup.policy": "forever"}, "must be a list of"),
+               ({"retention.ms": {"nested": 1}}, ""),
+               ({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}, "conflict")]
+        for cfg, why in bad:
+            with pytest.raises(Exception, match=why) as exc:
+                client.alter_configs("c", cfg)
+            assert type(exc.value).__name__ in ("InvalidConfigError", "InvalidRequestError")
+        with pytest.raises(InvalidConfigError):
+            client.alter_configs("c", delete=["no.such.config"])
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.alter_configs("nope", {"retention.ms": "1"})
+        assert client.describe_topic("c")["config"] == {"segment.bytes": "2000"}
+        # validate_only changes nothing
+        client.alter_configs("c", {"retention.ms": "1000"}, validate_only=True)
+        assert client.describe_topic("c")["config"] == {"segment.bytes": "2000"}
+        # retention applies once altered: old records go
+        write(file_root, proc.endpoint, "c", 40)
+        wait_for("segments closed", lambda: (m := read_latest_manifest(storage, "c", 0))
+                 and any(o.level == 0 for o in m.objects))
+        time.sleep(1.5)
+        assert PartitionReader(storage, "c", 0).earliest_offset() == 0
+        out = client.alter_configs("c", {"retention.ms": "1000"}, delete=["segment.bytes"])
+        assert out["config"] == {"retention.ms": "1000"}
+        assert client.describe_topic("c")["config"] == {"retention.ms": "1000"}
+        from txnlog.log_format.topics import read_topic
+        assert dict(read_topic(storage, "c").config) == {"retention.ms": "1000"}
+        wait_for("retention after alter", lambda: PartitionReader(
+            storage, "c", 0).earliest_offset() > 0)
+        client.alter_configs("c", {"segment.bytes": "2000"})
+    with coordinator(file_root) as proc:  # the altered config is in the log
+        assert CoordinatorClient(proc.endpoint).describe_topic("c")["config"] == {
+            "retention.ms": "1000", "segment.bytes": "2000"}
