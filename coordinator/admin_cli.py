@@ -209,7 +209,7 @@ def _add_transactions(p: argparse.ArgumentParser) -> None:
 def _add_configs(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", required=True)
     d = sub.add_parser("describe", help="a topic's configs (kafka-configs --describe)")
-    a = sub.add_parser("alter", help="change configs (not supported yet: issue 14)")
+    a = sub.add_parser("alter", help="change configs (kafka-configs --alter)")
     a.add_argument("--add-config", default=None, metavar="K1=V1,K2=V2")
     a.add_argument("--delete-config", default=None, metavar="K1,K2")
     for s in (d, a):
@@ -510,7 +510,8 @@ def _configs(args: argparse.Namespace, admin: AdminClient) -> None:
         drop = [x.strip() for x in (args.delete_config or "").split(",") if x.strip()]
         if not add and not drop:
             raise ValueError("give --add-config and/or --delete-config")
-        admin.incremental_alter_configs(topic, add, drop)
+        config = admin.incremental_alter_configs(topic, add, drop)
+        _emit(args, config, lambda: f"Completed updating config for topic {topic}.")
 
 
 def _get_offsets(args: argparse.Namespace, admin: AdminClient) -> None:
@@ -537,7 +538,12 @@ def _delete_records(args: argparse.Namespace, admin: AdminClient) -> None:
                   for x in spec["partitions"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--offset-json-file {args.offset_json_file}: {exc}") from None
-    admin.delete_records(before)
+    low = admin.delete_records(before)
+    rows = [{"topic": t, "partition": p, "low_watermark": w} for (t, p), w in sorted(low.items())]
+    # kafka-delete-records prints one line per partition
+    _emit(args, rows, lambda: "Records delete operation completed:\n" + "\n".join(
+        f"partition: {r['topic']}-{r['partition']}\tlow_watermark: {r['low_watermark']}"
+        for r in rows))
 
 
 class _Failed(Exception):

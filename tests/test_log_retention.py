@@ -232,7 +232,7 @@ def test_alter_configs_validated_and_applied(file_root: str) -> None:
                ({"retention.ms": "forever"}, "must be an integer"),
                ({"retention.ms": "-2"}, "must be in"),
                ({"cleanup.policy": "forever"}, "must be a list of"),
-               ({"retention.ms": {"nested": 1}}, ""),
+               ({"retention.ms": {"nested": 1}}, "retention.ms"),
                ({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}, "conflict")]
         for cfg, why in bad:
             with pytest.raises(Exception, match=why) as exc:
