@@ -129,7 +129,7 @@ def _add_topics(p: argparse.ArgumentParser) -> None:
     c.add_argument("--if-not-exists", action="store_true")
     c.add_argument("--replication-factor", type=int, default=None,
                    help="accepted for Kafka scripts; storage replicates, not txnlog")
-    rm = sub.add_parser("delete", help="delete a topic (not supported yet: issue 14)")
+    rm = sub.add_parser("delete", help="delete a topic (kafka-topics --delete)")
     rm.add_argument("--topic", required=True)
     a = sub.add_parser("alter", help="add partitions (not supported yet: issue 14)")
     a.add_argument("--topic", required=True)
@@ -287,6 +287,7 @@ def _topics(args: argparse.Namespace, admin: AdminClient) -> None:
         _emit(args, meta, lambda: f"Created topic {args.topic}.")
     elif args.verb == "delete":
         admin.delete_topics([args.topic])
+        _emit(args, {"deleted": args.topic}, lambda: f"Topic {args.topic} deleted.")
     else:
         admin.create_partitions(args.topic, args.partitions)
 

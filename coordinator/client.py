@@ -387,6 +387,10 @@ class CoordinatorClient:
         res = self.call("delete_records", body)
         return {(r["topic"], r["partition"]): r["low_watermark"] for r in res["partitions"]}
 
+    def delete_topic(self, name: str) -> dict[str, Any]:
+        """DeleteTopics of one topic; its objects are deleted in the background."""
+        return self.call("delete_topic", {"name": name})
+
     def alter_configs(self, name: str, set_configs: Mapping[str, Any] | None = None,
                       delete: list[str] | None = None, validate_only: bool = False
                       ) -> dict[str, Any]:

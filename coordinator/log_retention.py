@@ -140,6 +140,35 @@ def apply_retained(state: CoordinatorState, d: dict[str, Any]) -> None:
     pm.log_start = man.log_start_offset
 
 
+def apply_topic_delete(state: CoordinatorState, d: dict[str, Any]) -> None:
+    """DeleteTopics (``done`` false): the topic is gone for every request at once; its
+    partitions keep their log end offsets, and each partition's next manifest starts and
+    has its log start there, so a topic re-created under the name continues after its
+    predecessor's offsets: no offset, object name or reader's listing of the predecessor
+    can be taken for the new topic's. ``done``: its objects are deleted and the new
+    manifests written (log_retention.LogRetention.finish_deletes)."""
+    name = d["name"]
+    if d.get("done"):
+        # the manifests written at the delete carry seq + 1: the new topic plans from there
+        for p in range(int(d["partitions"])):
+            pm = state.merges.get(partition_key(name, p))
+            if pm is not None and pm.start_offset > 0:
+                pm.seq += 1
+        state.topics_deleting.pop(name, None)
+        return
+    meta = state.topics.pop(name, None)
+    n = int(d.get("partitions") or (meta or {}).get("partitions", 0))
+    state.topics_deleting[name] = max(n, state.topics_deleting.get(name, 0))
+    for p in range(n):
+        key = partition_key(name, p)
+        leo = state.partition(key).leo
+        old = state.merges.get(key)
+        state.merges[key] = PartitionMerges(seq=old.seq if old else 0, start_offset=leo,
+                                            log_start=leo)
+        state.log_start_wanted.pop(key, None)
+        state.retain_planned.pop(key, None)
+
+
 def retention_snapshot(state: CoordinatorState) -> dict[str, Any]:
     """What a snapshot holds of retention (only when something is pending)."""
     out: dict[str, Any] = {}
@@ -147,6 +176,8 @@ def retention_snapshot(state: CoordinatorState) -> dict[str, Any]:
         out["log_start_wanted"] = dict(state.log_start_wanted)
     if state.retain_planned:
         out["retain_planned"] = {k: p.to_record() for k, p in state.retain_planned.items()}
+    if state.topics_deleting:
+        out["topics_deleting"] = dict(state.topics_deleting)
     return out
 
 
@@ -154,6 +185,7 @@ def restore_retention(state: CoordinatorState, s: dict[str, Any]) -> None:
     state.log_start_wanted = {k: int(v) for k, v in s.get("log_start_wanted", {}).items()}
     state.retain_planned = {k: RetainPlan.from_record(v)
                             for k, v in s.get("retain_planned", {}).items()}
+    state.topics_deleting = {k: int(v) for k, v in s.get("topics_deleting", {}).items()}
 
 
 # ----------------------------------------------------------------------- what to drop
@@ -217,7 +249,7 @@ class LogRetention:
         """Finish planned changes, then (each check interval) apply retention and every
         DeleteRecords not published yet; log start changes published."""
         now = now_ms() if now is None else now
-        done = 0
+        done = await self.finish_deletes()
         for plan in list(self.state.retain_planned.values()):
             await self._publish(plan)
             done += 1
@@ -286,6 +318,39 @@ class LogRetention:
         await self.commits.commit([LogRecord("retained", {"id": key, "seq": plan.seq,
                                                           "ms": now_ms()})])
         self.segments_deleted += plan.drop
+
+    # ------------------------------------------------------------ DeleteTopics
+    async def finish_deletes(self) -> int:
+        """Delete every object of the topics being deleted (all levels of each partition
+        directory), write each partition's next manifest (empty, starting at its log end
+        offset: what a re-created topic continues from), log ``topic_delete`` done."""
+        done = 0
+        for name, n in list(self.state.topics_deleting.items()):
+            for p in range(n):
+                deleted = await self.io.run(self._delete_tree, layout.partition_dir(name, p))
+                self.observer.object_written("deleted", deleted)
+                pm = self._pm(partition_key(name, p))
+                if pm.start_offset > 0:
+                    man = new_manifest(name, p, pm.seq + 1, [], pm.start_offset, 0,
+                                       MIN_GRACE_MS, now_ms(), pm.log_start)
+                    await self.io.run(self.storage.put, man.path, man.to_json())
+            await self.commits.commit([LogRecord("topic_delete", {
+                "id": name, "name": name, "partitions": n, "done": True})])
+            log.info("topic %s deleted (%d partitions)", name, n)
+            done += 1
+        return done
+
+    def _delete_tree(self, directory: str) -> int:
+        total = 0
+        stack = [directory]
+        while stack:
+            d = stack.pop()
+            stack.extend(f"{d}/{sub}" for sub in self.storage.list_dirs(d))
+            names = [f"{d}/{o.name}" for o in self.storage.list(d)]
+            if names:
+                self.storage.delete_many(names)
+                total += len(names)
+        return total
 
     # ------------------------------------------------------------ DeleteRecords
     def _notify(self) -> None:

@@ -161,6 +161,7 @@ OPERATION_SHAPES: dict[str, Obj] = {
     "delete_records": Obj({
         "partitions": Field(_part(offset=Int(-1, INT64[1]))),
         "timeout_ms": Field(Int(0, INT32[1]), required=False, default=60_000)}),
+    "delete_topic": Obj({"name": Field(TOPIC)}),
     "alter_configs": Obj({
         "name": Field(TOPIC),
         "set": Field(ConfigMap(), required=False, default={}, nullable=True),

@@ -69,6 +69,8 @@ class CoordinatorState:
     # for, per partition key, and log start changes logged but not yet published.
     log_start_wanted: dict[str, int] = field(default_factory=dict)
     retain_planned: dict[str, Any] = field(default_factory=dict)
+    # Topics deleted whose objects are not all deleted yet: name -> partitions.
+    topics_deleting: dict[str, int] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -175,6 +177,9 @@ class CoordinatorState:
 
     def _apply_retained(self, d: dict[str, Any]) -> None:
         log_retention.apply_retained(self, d)
+
+    def _apply_topic_delete(self, d: dict[str, Any]) -> None:
+        log_retention.apply_topic_delete(self, d)
 
     def _apply_topic_config(self, d: dict[str, Any]) -> None:
         """IncrementalAlterConfigs: the topic's whole config after the change."""

@@ -9,12 +9,19 @@ answered.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from txnlog.log_format import topics
 
-from .errors import InvalidConfigError, UnknownTopicOrPartitionError, validate_topic_name
+from .errors import (
+    ConcurrentTransactionsError,
+    InvalidConfigError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+    validate_topic_name,
+)
 from .topic_config import TOPIC_CONFIGS, effective_config, validate_topic_config
 from .txn_log_records import LogRecord
 
@@ -76,6 +83,42 @@ async def alter_configs(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
     return {"name": name, "config": config}
 
 
+async def delete_topic(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
+    """DeleteTopics: the topic is gone for every request once answered (its metadata object
+    is deleted, the coordinator forgets it); its objects are deleted in the background
+    (``LogRetention.finish_deletes``), and until then CreateTopics of the name is refused,
+    as Kafka's "marked for deletion". A topic with a transaction open in it is refused
+    (retriable): its markers must land first."""
+    name = validate_topic_name(b["name"])
+    if name.startswith("__"):
+        raise InvalidRequestError(f"topic {name!r} is internal and cannot be deleted")
+    meta = e.state.topics.get(name)
+    if meta is None:
+        try:
+            tm = await e.io.call(topics.read_topic, e.storage, name)
+        except topics.UnknownTopicError:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+        n = tm.partitions
+    else:
+        n = int(meta["partitions"])
+    busy = sorted({t.tid for t in e.state.txns.values() if not t.state.is_idle
+                   and any(key.rsplit("-", 1)[0] == name for key in t.partitions)})
+    if busy:
+        raise ConcurrentTransactionsError(
+            f"topic {name!r} has open transactions ({', '.join(busy[:5])}); retry once they "
+            "end")
+    await e.commits.commit([LogRecord("topic_delete", {"id": name, "name": name,
+                                                       "partitions": n})])
+    await e.io.call(_delete_meta, e.storage, name)
+    e.merger.kick()
+    return {"name": name, "partitions": n}
+
+
+def _delete_meta(storage: Any, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        storage.delete(topics.topic_meta_path(name))
+
+
 def rewrite_topic_meta(storage: Any, name: str, meta: dict[str, Any]) -> None:
     """``_meta/topics/<t>.json`` as the coordinator's state says (configs altered,
     partitions added): the coordinator is the one writer of a root, fenced by its log, and
@@ -90,4 +133,5 @@ def rewrite_topic_meta(storage: Any, name: str, meta: dict[str, Any]) -> None:
 ADMIN_TOPIC_OPERATIONS: dict[str, Callable[[TransactionCoordinator, dict[str, Any]],
                                            Awaitable[Any]]] = {
     "delete_records": delete_records, "alter_configs": alter_configs,
+    "delete_topic": delete_topic,
 }

@@ -607,6 +607,8 @@ class TransactionCoordinator:
                 or not 1 <= partitions <= topics.MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partitions must be in [1, {topics.MAX_PARTITIONS}]")
         cfg = validate_topic_config({str(k): str(v) for k, v in (config or {}).items()})
+        if name in self.state.topics_deleting:
+            raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
         meta = await self.io.call(topics.create_topic, self.storage, name, partitions, cfg)
         if (meta.partitions != partitions or dict(meta.config) != cfg) and not exist_ok:
             raise TopicAlreadyExistsError(

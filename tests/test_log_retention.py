@@ -263,3 +263,60 @@ def test_alter_configs_validated_and_applied(file_root: str) -> None:
     with coordinator(file_root) as proc:  # the altered config is in the log
         assert CoordinatorClient(proc.endpoint).describe_topic("c")["config"] == {
             "retention.ms": "1000", "segment.bytes": "2000"}
+
+
+def test_delete_topic_and_recreate_never_shows_the_predecessor(every_root: str) -> None:
+    storage = Storage.for_url(every_root)
+    with coordinator(every_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("x", 2, {"segment.bytes": "2000"})
+        write(every_root, proc.endpoint, "x", 30)
+        wait_for("merged", lambda: read_latest_manifest(storage, "x", 0))
+        old_end = PartitionReader(storage, "x", 0).high_watermark()
+        # a reader that listed the old objects a moment before the delete
+        stale = PartitionReader(storage, "x", 0)
+        assert stale.segments()
+        client.delete_topic("x")
+        from txnlog.log_format.topics import UnknownTopicError, list_topics, read_topic
+        assert "x" not in list_topics(storage) and "x" not in client.list_topics()
+        with pytest.raises(UnknownTopicError):
+            read_topic(storage, "x")
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topic("x")
+
+        def recreated() -> bool:
+            try:
+                client.create_topic("x", 1)
+                return True
+            except Exception as exc:  # marked for deletion until its objects are gone
+                assert "marked for deletion" in str(exc), exc
+                return False
+        wait_for("re-created", recreated)
+        # every object of the predecessor is gone (a fresh manifest names the new start)
+        n, _ = tree_bytes(storage, "x")
+        assert n == 1 and tree_bytes_of(storage, "x", 1) == 0
+        write(every_root, proc.endpoint, "x", 3, start=1000)
+        # the new topic continues after the predecessor's offsets: its log start is there
+        fresh = PartitionReader(storage, "x", 0)
+        assert fresh.earliest_offset() == old_end
+        assert values(storage, "x") == ["v001000", "v001001", "v001002"]
+        # the stale reader never shows a predecessor's record: its old objects are gone,
+        # its next listing finds the new manifest, and its old offsets are below the log
+        # start (OffsetOutOfRange), or it reads from the log start
+        stale.refresh()
+        with pytest.raises(ReadOutOfRange):
+            list(stale.read(0))
+        got = [v.decode().rstrip(".") for c in stale.read(None)
+               for v in c.batch.column("value").to_pylist()]
+        assert got == ["v001000", "v001001", "v001002"]
+        # a consumer of the topic sees only the new records
+        assert [r.value.decode().rstrip(".") for r in Consumer(every_root, "x")] == got
+    with coordinator(every_root) as proc:  # replayed: the same topic, offsets, log start
+        assert values(storage, "x") == ["v001000", "v001001", "v001002"]
+        assert CoordinatorClient(proc.endpoint).describe_topic("x")["partitions"] == 1
+
+
+def tree_bytes_of(storage: Storage, topic: str, p: int) -> int:
+    base = layout.partition_dir(topic, p)
+    return len(storage.list(base)) + sum(len(storage.list(f"{base}/{d}"))
+                                         for d in storage.list_dirs(base))
