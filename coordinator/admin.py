@@ -8,9 +8,9 @@ offsets, transactions, producers) is asked of the coordinator registered for the
 the one named), through ``CoordinatorClient``. Answers are plain JSON-able dicts and lists,
 so ``txnlog ... --json`` prints exactly what this API returns.
 
-What txnlog cannot do yet is refused with ``UnsupportedOperationError`` naming why, never
-faked: deleting topics and adding partitions. DeleteRecords and altering configs go
-through the coordinator's log (``topic_admin.py``).
+What txnlog cannot do is refused with ``UnsupportedOperationError`` naming why, never
+faked. The topic lifecycle (DeleteRecords, DeleteTopics, CreatePartitions, altering
+configs) goes through the coordinator's log (``topic_admin.py``).
 """
 
 from __future__ import annotations
@@ -146,11 +146,10 @@ class AdminClient:
             self.client.delete_topic(name)
 
     def create_partitions(self, topic: str, total: int) -> None:
-        """Not yet: growing a topic (as Kafka does: keyed records' partitions move, readers
-        and running streams pick the new ones up) comes with the log lifecycle issue."""
-        raise UnsupportedOperationError(
-            f"topic {topic!r}: adding partitions (asked for {total}) is not supported yet: "
-            f"it comes with {LIFECYCLE_ISSUE}")
+        """Kafka's CreatePartitions: grow ``topic`` to ``total`` partitions (never shrink:
+        InvalidPartitions). Keyed records written afterwards follow the new count, readers
+        and running streams pick the new partitions up from earliest."""
+        self.client.create_partitions(topic, total)
 
     # ------------------------------------------------------------------- configs
     def describe_configs(self, topic: str) -> list[dict[str, Any]]:

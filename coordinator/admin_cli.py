@@ -131,7 +131,7 @@ def _add_topics(p: argparse.ArgumentParser) -> None:
                    help="accepted for Kafka scripts; storage replicates, not txnlog")
     rm = sub.add_parser("delete", help="delete a topic (kafka-topics --delete)")
     rm.add_argument("--topic", required=True)
-    a = sub.add_parser("alter", help="add partitions (not supported yet: issue 14)")
+    a = sub.add_parser("alter", help="add partitions (kafka-topics --alter --partitions)")
     a.add_argument("--topic", required=True)
     a.add_argument("--partitions", type=int, required=True)
     for s in (ls, d, c, rm, a):
@@ -290,6 +290,8 @@ def _topics(args: argparse.Namespace, admin: AdminClient) -> None:
         _emit(args, {"deleted": args.topic}, lambda: f"Topic {args.topic} deleted.")
     else:
         admin.create_partitions(args.topic, args.partitions)
+        _emit(args, {"name": args.topic, "partitions": args.partitions},
+              lambda: f"Topic {args.topic} now has {args.partitions} partitions.")
 
 
 def _matching(patterns: list[str], names: list[str], root: str) -> list[str]:

@@ -387,6 +387,12 @@ class CoordinatorClient:
         res = self.call("delete_records", body)
         return {(r["topic"], r["partition"]): r["low_watermark"] for r in res["partitions"]}
 
+    def create_partitions(self, name: str, total: int, validate_only: bool = False
+                          ) -> dict[str, Any]:
+        """CreatePartitions: grow the topic to ``total`` partitions."""
+        return self.call("create_partitions", {"name": name, "total": total,
+                                               "validate_only": validate_only})
+
     def delete_topic(self, name: str) -> dict[str, Any]:
         """DeleteTopics of one topic; its objects are deleted in the background."""
         return self.call("delete_topic", {"name": name})

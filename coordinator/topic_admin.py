@@ -18,6 +18,7 @@ from txnlog.log_format import topics
 from .errors import (
     ConcurrentTransactionsError,
     InvalidConfigError,
+    InvalidPartitionsError,
     InvalidRequestError,
     UnknownTopicOrPartitionError,
     validate_topic_name,
@@ -114,6 +115,37 @@ async def delete_topic(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
     return {"name": name, "partitions": n}
 
 
+async def create_partitions(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
+    """CreatePartitions: grow a topic to ``total`` partitions (never shrink, as Kafka).
+    The new count is in the coordinator's log, then in the topic's metadata object, where
+    producers (``PartitionCounts``: keyed records follow ``murmur2(key) % n``), readers and
+    running streams (new partitions from ``earliest``) find it."""
+    name = validate_topic_name(b["name"])
+    total = int(b["total"])
+    if name in e.state.topics_deleting:
+        raise UnknownTopicOrPartitionError(f"topic {name!r} is marked for deletion")
+    try:
+        await e.describe_topic(name)  # the coordinator knows it (a topic record)
+    except topics.UnknownTopicError:
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+    meta = e.state.topics[name]
+    n = int(meta["partitions"])
+    if total == n:
+        raise InvalidPartitionsError(f"topic {name!r} already has {n} partitions")
+    if total < n:
+        raise InvalidPartitionsError(f"topic {name!r} currently has {n} partitions, which is "
+                                     f"higher than the requested {total}")
+    if total > topics.MAX_PARTITIONS:
+        raise InvalidPartitionsError(f"partitions must be at most {topics.MAX_PARTITIONS}")
+    if not b.get("validate_only"):
+        await e.commits.commit([LogRecord("topic", {
+            "id": name, "name": name, "partitions": total,
+            "config": dict(meta.get("config") or {})})])
+        await e.io.call(rewrite_topic_meta, e.storage, name, e.state.topics[name])
+        await e.request_stable()
+    return {"name": name, "partitions": total}
+
+
 def _delete_meta(storage: Any, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         storage.delete(topics.topic_meta_path(name))
@@ -133,5 +165,5 @@ def rewrite_topic_meta(storage: Any, name: str, meta: dict[str, Any]) -> None:
 ADMIN_TOPIC_OPERATIONS: dict[str, Callable[[TransactionCoordinator, dict[str, Any]],
                                            Awaitable[Any]]] = {
     "delete_records": delete_records, "alter_configs": alter_configs,
-    "delete_topic": delete_topic,
+    "delete_topic": delete_topic, "create_partitions": create_partitions,
 }

@@ -19,7 +19,6 @@ from txnlog import (
     InvalidTxnStateError,
     TopicPartition,
     TransactionalProducer,
-    UnsupportedOperationError,
 )
 from txnlog.coordinator.errors import InvalidConfigError
 
@@ -129,10 +128,11 @@ def test_admin_client_operations(file_root: str) -> None:
         assert admin.delete_records({T0: 2}) == {T0: 2}
         assert admin.list_offsets({T0: "earliest"})[T0]["offset"] == 2
 
-        # refused for now, naming why; nothing changed
-        for call in (lambda: admin.create_partitions("orders", 4),):
-            with pytest.raises(UnsupportedOperationError):
-                call()
+        # partitions grow only
+        with pytest.raises(CoordinatorError, match="already has 2 partitions"):
+            admin.create_partitions("orders", 2)
+        with pytest.raises(CoordinatorError, match="higher than the requested 1"):
+            admin.create_partitions("orders", 1)
 
         # delete some of a group's offsets, then a group; both replay after a restart
         admin.alter_consumer_group_offsets("g3", {T0: 1, T1: 1})

@@ -320,3 +320,47 @@ def tree_bytes_of(storage: Storage, topic: str, p: int) -> int:
     base = layout.partition_dir(topic, p)
     return len(storage.list(base)) + sum(len(storage.list(f"{base}/{d}"))
                                          for d in storage.list_dirs(base))
+
+
+def test_create_partitions_grow_only_and_keyed_routing_follows(file_root: str) -> None:
+    from txnlog.log_format.partitioner import partition_for_key
+    from txnlog.log_format.topics import read_topic
+
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("k", 2)
+        prod = TransactionalProducer(file_root, "keyed", coordinator=proc.endpoint)
+        prod._partitions.max_age_s = 0.0  # Kafka's metadata.max.age.ms, shortened
+        prod.init_transactions()
+        keys = [f"key{i}".encode() for i in range(40)]
+
+        def send_all(tag: str) -> dict[bytes, int]:
+            prod.begin_transaction()
+            futs = {k: prod.send("k", tag.encode(), key=k) for k in keys}
+            prod.commit_transaction()
+            return {k: f.result().partition for k, f in futs.items()}
+
+        before = send_all("before")
+        assert before == {k: partition_for_key(k, 2) for k in keys}
+        from txnlog.coordinator.errors import InvalidPartitionsError
+        with pytest.raises(InvalidPartitionsError, match="already has 2"):
+            client.create_partitions("k", 2)
+        with pytest.raises(InvalidPartitionsError, match="higher than the requested 1"):
+            client.create_partitions("k", 1)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.create_partitions("nope", 3)
+        client.create_partitions("k", 5, validate_only=True)
+        assert read_topic(storage, "k").partitions == 2
+        client.create_partitions("k", 5)
+        assert read_topic(storage, "k").partitions == 5
+        assert client.describe_topic("k")["partitions"] == 5
+        after = send_all("after")
+        assert after == {k: partition_for_key(k, 5) for k in keys}
+        assert set(after.values()) - {0, 1}  # some keys moved to the new partitions
+        prod.close()
+        # a consumer of the topic reads all five partitions
+        got = sorted((r.partition, r.value) for r in Consumer(file_root, "k"))
+        assert sorted(p for p, v in got if v == b"after") == sorted(after.values())
+    with coordinator(file_root) as proc:
+        assert CoordinatorClient(proc.endpoint).describe_topic("k")["partitions"] == 5

@@ -109,3 +109,38 @@ def test_batch_start_below_log_start(spark, file_root: str, rcoord: CoordinatorP
         read(True)
     assert read(False) == [4, 5, 6, 7, 8, 9]
     time.sleep(0)
+
+
+def test_running_stream_picks_up_added_partitions_from_earliest(spark, file_root: str,
+                                                                rcoord: CoordinatorProc
+                                                                ) -> None:
+    client = CoordinatorClient(rcoord.endpoint)
+    client.create_topic("g", 1)
+    got: list[tuple[int, int]] = []
+
+    def collect(batch, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        got.extend((r.partition, int(bytes(r.value))) for r in
+                   batch.select("partition", "value").collect())
+
+    # startingOffsets=latest: partitions added later are still read from their earliest
+    q = (spark.readStream.format("txnlog").option("subscribe", "g")
+         .option("coordinator", rcoord.endpoint).load(file_root)
+         .writeStream.foreachBatch(collect).trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_for(lambda: q.lastProgress is not None, "the first trigger")
+        produce(file_root, rcoord.endpoint, "g", 0, 3)
+        wait_for(lambda: len(got) >= 3, "records of partition 0")
+        client.create_partitions("g", 3)
+        with TransactionalProducer(file_root, "gen-new", coordinator=rcoord.endpoint) as prod:
+            prod.init_transactions()
+            prod.begin_transaction()
+            for p in (1, 2):
+                for i in range(4):
+                    prod.send("g", f"{100 * p + i:05d}".encode(), partition=p)
+            prod.commit_transaction()
+        wait_for(lambda: len(got) >= 11, "records of the added partitions")
+        time.sleep(1.5)
+    finally:
+        q.stop()
+    assert sorted(got) == sorted([(0, i) for i in range(3)]
+                                 + [(p, 100 * p + i) for p in (1, 2) for i in range(4)])
