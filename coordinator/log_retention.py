@@ -200,27 +200,34 @@ def choose_drop(pm: PartitionMerges, cfg: dict[str, str], wanted: int, now: int,
     Kafka's three predicates each take a prefix of the closed segments; the union of
     prefixes is the longest. ``small_bytes``: the bytes not merged yet (they count towards
     the partition's size for ``retention.bytes``)."""
-    closed = [o for o in pm.objects if o.level == 0]  # a prefix: runs follow segments
-    n_start = 0
-    while n_start < len(closed) and closed[n_start].end_offset <= wanted:
-        n_start += 1
+    objects = pm.objects
+    # closed segments (level 0) are a prefix: the open segment's runs follow them; every
+    # predicate stops at the first segment it keeps, so a pass with nothing due costs O(1)
+    # per partition, not O(history)
+    n_closed = 0
+    while n_closed < len(objects) and objects[n_closed].level == 0 \
+            and objects[n_closed].end_offset <= wanted:
+        n_closed += 1
+    n_start = n_closed
     n_ms = n_bytes = 0
-    if "delete" in [x.strip() for x in cfg["cleanup.policy"].split(",")]:
+    if "delete" in cfg["cleanup.policy"].replace(" ", "").split(","):
         retention_ms = _int(cfg, "retention.ms")
         if retention_ms >= 0:
-            while n_ms < len(closed) and closed[n_ms].max_timestamp >= 0 \
-                    and now - closed[n_ms].max_timestamp > retention_ms:
+            while n_ms < len(objects) and objects[n_ms].level == 0 \
+                    and objects[n_ms].max_timestamp >= 0 \
+                    and now - objects[n_ms].max_timestamp > retention_ms:
                 n_ms += 1
         retention_bytes = _int(cfg, "retention.bytes")
         if retention_bytes >= 0:
-            diff = sum(o.size for o in pm.objects) + small_bytes - retention_bytes
-            while n_bytes < len(closed) and diff - closed[n_bytes].size >= 0:
-                diff -= closed[n_bytes].size
+            diff = sum(o.size for o in objects) + small_bytes - retention_bytes
+            while n_bytes < len(objects) and objects[n_bytes].level == 0 \
+                    and diff - objects[n_bytes].size >= 0:
+                diff -= objects[n_bytes].size
                 n_bytes += 1
     drop = max(n_start, n_ms, n_bytes)
     reasons = [name for name, n in (("log_start", n_start), ("retention.ms", n_ms),
                                     ("retention.bytes", n_bytes)) if n == drop and n]
-    log_start = max(pm.log_start, wanted, closed[drop - 1].end_offset if drop else 0)
+    log_start = max(pm.log_start, wanted, objects[drop - 1].end_offset if drop else 0)
     return drop, log_start, ",".join(reasons) or "delete_records"
 
 
@@ -258,9 +265,12 @@ class LogRetention:
         if self.enabled and now - self._last_check >= self.check_interval_ms:
             self._last_check = now
             keys += [k for k, pm in self.state.merges.items() if pm.objects]
-        for key in dict.fromkeys(keys):
-            if await self.retain_once(key, now):
+        configs: dict[str, dict[str, str]] = {}  # one effective config per topic a pass
+        for i, key in enumerate(dict.fromkeys(keys)):
+            if await self.retain_once(key, now, configs):
                 done += 1
+            if i % 1000 == 999:
+                await asyncio.sleep(0)  # a pass over many partitions lets commits through
         if done:
             self._notify()
         return done
@@ -268,17 +278,20 @@ class LogRetention:
     def _pm(self, key: str) -> PartitionMerges:
         return self.state.merges.get(key) or PartitionMerges()
 
-    async def retain_once(self, key: str, now: int) -> bool:
-        parsed = layout.parse_partition_dir(key)
-        if parsed is None:
+    async def retain_once(self, key: str, now: int,
+                          configs: dict[str, dict[str, str]] | None = None) -> bool:
+        topic, _, p_text = key.rpartition("-")
+        if topic not in self.state.topics or not p_text.isdigit():
             return False
-        topic, p = parsed
-        if topic not in self.state.topics:
-            return False
+        p = int(p_text)
         pm = self._pm(key)
         if pm.planned is not None or key in self.state.retain_planned:
             return False  # a merge is being finished: next tick
-        cfg = self.state.topic_config(topic)
+        cfg = configs.get(topic) if configs is not None else None
+        if cfg is None:
+            cfg = self.state.topic_config(topic)
+            if configs is not None:
+                configs[topic] = cfg
         small = 0
         if _int(cfg, "retention.bytes") >= 0 and pm.objects:
             small = await self._small_bytes(topic, p, pm.merged_end)
