@@ -261,14 +261,16 @@ class Consumer:
             pos = self._positions[tp]
             if pos >= end:
                 continue
-            try:
-                for chunk in reader.read(pos, end):
-                    self._positions[tp] = chunk.next_offset
-                    yield tp, chunk.batch
-            except OffsetOutOfRangeError as exc:
-                self._positions[tp] = self._reset(tp, exc)
-                continue
-            self._positions[tp] = end
+            while pos < end:
+                try:
+                    for chunk in reader.read(pos, end):
+                        self._positions[tp] = pos = chunk.next_offset
+                        yield tp, chunk.batch
+                    break
+                except OffsetOutOfRangeError as exc:
+                    # deleted under the read (retention): on from the reset position
+                    self._positions[tp] = pos = self._reset(tp, exc)
+            self._positions[tp] = max(pos, end)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records up to the current end of every partition (a bounded read)."""

@@ -19,6 +19,11 @@ visibility across partitions and topics through one stable snapshot):
 - ``nonmonotonic-send``: one producer's later transaction landed before an earlier one in
   a partition.
 - ``phantom-read``: a value no send produced.
+- ``read-below-log-start``: a read returned a record below the log start offset of the
+  listing it read with (retention or DeleteRecords had deleted it: Kafka's
+  OffsetOutOfRange). Records below a read's log start are deleted, not lost: ``lost-write``,
+  ``torn-transaction`` (full reads) and covered-but-empty offsets do not count them
+  (``log_start`` of each read op; the final read's for lost writes).
 - ``early-drop``: a retried EndTxn of a one-shot id (``retry`` op) was answered "unknown id"
   less than the retention period after the transaction's end was asked for: the
   coordinator dropped the id before a retry could no longer need it. Sound without clock
@@ -49,7 +54,7 @@ ANOMALIES = ("lost-write", "aborted-read", "torn-transaction", "duplicate",
              "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
              "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
              "stream-duplicate", "stream-phantom", "stream-order", "early-drop",
-             "retry-changed")
+             "retry-changed", "read-below-log-start")
 FULL_MODES = ("scan", "final", "spark")
 MAX_EXAMPLES = 5
 
@@ -156,6 +161,9 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
     for op in finals + polls:
         for tp, offset, value in _reads(op):
             where.setdefault(value, (tp, offset))
+    for op in ops:  # a send's own offset (known once flushed): where a value never read is
+        if op["f"] == "send" and op.get("offset") is not None:
+            where.setdefault(op["value"], (f"{op['topic']}-{op['partition']}", op["offset"]))
 
     _check_retries(res, [op for op in ops if op["f"] == "retry"])
     _check_values(res, polls, by_value)
@@ -163,8 +171,9 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
     _check_bounds(res, polls)
     _check_consumers(res, polls)
     _check_torn(res, polls, txns, by_value, where)
+    _check_log_start(res, polls)
     if finals:
-        _check_final(res, finals[-1], txns)
+        _check_final(res, finals[-1], txns, where)
         streams = [op for op in ops if op["f"] == "stream-final"]
         if streams:
             _check_stream(res, finals[-1], streams[-1])
@@ -228,6 +237,21 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
                 seen_at[value] = (tp, offset)
 
 
+def _deleted(op: dict[str, Any], loc: tuple[str, int] | None) -> bool:
+    """Whether a record at ``loc`` lies below the log start of the read ``op`` (deleted by
+    retention or DeleteRecords before the read: not there to be read)."""
+    return loc is not None and loc[1] < (op.get("log_start") or {}).get(loc[0], 0)
+
+
+def _check_log_start(res: Result, polls: list[dict[str, Any]]) -> None:
+    """read-below-log-start: a read returned a record its own listing says is deleted."""
+    for op in polls:
+        for tp, offset, value in _reads(op):
+            if _deleted(op, (tp, offset)):
+                res.add("read-below-log-start", proc=op["proc"], mode=op.get("mode"), tp=tp,
+                        offset=offset, value=value, log_start=op["log_start"][tp])
+
+
 def _check_offsets(res: Result, polls: list[dict[str, Any]]) -> None:
     """inconsistent-offset: two values at one offset, or a covered offset read empty."""
     values: dict[tuple[str, str, int], int] = {}
@@ -252,7 +276,8 @@ def _check_offsets(res: Result, polls: list[dict[str, Any]]) -> None:
                 continue
             i = bisect.bisect_left(offsets, lo)
             j = bisect.bisect_left(offsets, hi)
-            missing = [o for o in offsets[i:j] if o not in got[tp]]
+            missing = [o for o in offsets[i:j] if o not in got[tp]
+                       and not _deleted(op, (tp, o))]
             if missing:
                 res.add("inconsistent-offset", isolation=iso, tp=tp, proc=op["proc"],
                         mode=op.get("mode"), range=[lo, hi], read_empty_here=missing[:10],
@@ -325,7 +350,8 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
         for tid, vals in seen.items():
             txn = txns[tid]
             if full:
-                missing = sorted(txn.values - vals)
+                missing = sorted(v for v in txn.values - vals
+                                 if not _deleted(op, where.get(v)))
             elif bounds:  # incremental: the rest must lie below this snapshot's LSO
                 missing = [v for v in sorted(txn.values - vals)
                            if (loc := where.get(v)) is None
@@ -346,11 +372,17 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
                         cause="held back by the LSO" if hidden else "missing")
 
 
-def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn]) -> None:
-    """Lost writes, unknown outcomes resolved, and per-producer order, on the final read."""
+def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn],
+                 where: dict[int, tuple[str, int]] | None = None) -> None:
+    """Lost writes, unknown outcomes resolved, and per-producer order, on the final read
+    (records below its log start were deleted by retention: not expected there)."""
     visible: dict[int, tuple[str, int]] = {v: (tp, o) for tp, o, v in _reads(final)}
+    where = where or {}
+    deleted = 0
     for txn in txns.values():
-        vals = txn.values
+        gone = {v for v in txn.values if v not in visible and _deleted(final, where.get(v))}
+        deleted += len(gone) if txn.status == "committed" else 0
+        vals = txn.values - gone
         shown = {v for v in vals if v in visible}
         status = txn.status
         if status == "committed" and shown != vals:
@@ -359,6 +391,8 @@ def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn]) -> No
         elif status == "unknown" and shown and shown != vals:
             res.add("torn-transaction", mode="final", txn=txn.id, status=status,
                     seen=sorted(shown)[:10], missing=sorted(vals - shown)[:10])
+    if deleted:
+        res.stats["deleted_by_retention"] = deleted
     # one producer's transactions land in order, partition by partition
     order: dict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
     for txn in txns.values():

@@ -284,6 +284,9 @@ def _read_op(c: Consumer, before: dict[Any, int], out: dict[Any, list[Any]], t0:
                        for tp in c.assignment()} if snap else {},
             "ranges": {tp_key(tp.topic, tp.partition): [before[tp], c.position(tp)]
                        for tp in c.assignment()},
+            # the log start offset of the listing the read used (retention, issue 14)
+            "log_start": {tp_key(tp.topic, tp.partition): c._readers[tp]._log_start()
+                          for tp in c.assignment()},
             "reads": reads}
 
 
