@@ -199,12 +199,12 @@ class LogMerger:
         if not self.published():
             return done  # no LSO of this coordinator's yet: nothing is known to be below it
         for key, pm in list(self.state.merges.items()):
-            if pm.planned is not None and key not in self.refused:
+            if self.enabled and pm.planned is not None and key not in self.refused:
                 await self._guarded(key, self._finish(pm.planned))
                 done += 1
         for hook in self.hooks:
             await hook()
-        if not self.enabled:
+        if not self.enabled:  # --no-merge: retention's deletions still happen
             await self.clean_due()
             return done
         for key in self._candidates(now_ms()):
