@@ -113,7 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="... or this many seconds with records, whichever comes first")
     parser.add_argument("--stable-keep", type=int, default=10)
     parser.add_argument("--no-merge", action="store_true",
-                        help="do not merge small objects into segments (retention and its deletions still run)")
+                        help="do not merge small objects into segments (retention and its "
+                             "deletions still run)")
     parser.add_argument("--merge-min-objects", type=_at_least_two, default=32,
                         help="small objects below the LSO that make a run (default 32)")
     parser.add_argument("--merge-fanout", type=_at_least_two, default=8,
