@@ -41,6 +41,18 @@ class UnknownTopicOrPartitionError(CoordinatorError):
     name, code = "UnknownTopicOrPartition", 3
 
 
+class RequestTimedOutError(CoordinatorError):
+    """Kafka's REQUEST_TIMED_OUT: the change is logged, its effect not yet published."""
+
+    name, code, http_status, retriable = "RequestTimedOut", 7, 503, True
+
+
+class PolicyViolationError(CoordinatorError):
+    """Kafka's POLICY_VIOLATION (DeleteRecords on a topic whose cleanup.policy is compact)."""
+
+    name, code = "PolicyViolation", 44
+
+
 class CoordinatorLoadInProgressError(CoordinatorError):
     name, code, http_status, retriable = "CoordinatorLoadInProgress", 14, 503, True
 
@@ -125,6 +137,7 @@ class ProducerFencedError(CoordinatorError):
 ERRORS: dict[str, type[CoordinatorError]] = {
     cls.name: cls for cls in (
         UnknownServerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError,
+        RequestTimedOutError, PolicyViolationError,
         CoordinatorLoadInProgressError,
         NotCoordinatorError, InvalidTopicError, TopicAlreadyExistsError,
         InvalidPartitionsError, InvalidRequestError, InvalidConfigError,

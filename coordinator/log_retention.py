@@ -44,7 +44,12 @@ from typing import TYPE_CHECKING, Any
 from txnlog.log_format import layout, planted_bugs
 from txnlog.log_format.manifest import MIN_GRACE_MS, new_manifest
 
-from .errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from .errors import (
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from .merge_state import GARBAGE_COALESCE_MS, Garbage, PartitionMerges
 from .partition_state import partition_key
 from .txn_log_records import LogRecord
@@ -385,6 +390,11 @@ class LogRetention:
             meta = self.state.topics.get(topic)
             if meta is None or not 0 <= p < int(meta["partitions"]):
                 raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+            policy = self.state.topic_config(topic)["cleanup.policy"]
+            if "delete" not in policy.replace(" ", "").split(","):
+                raise PolicyViolationError(
+                    f"records of {topic}-{p} cannot be deleted: its cleanup.policy is "
+                    f"{policy!r} (Kafka refuses DeleteRecords without 'delete')")
             hw = self.published_hw(topic, p)
             if offset == -1:
                 offset = hw
@@ -402,8 +412,9 @@ class LogRetention:
         deadline = time.monotonic() + timeout_s
         while any(self._pm(k).log_start < off for k, off in targets.items()):
             if time.monotonic() > deadline:
-                raise TimeoutError("DeleteRecords: the new log start offsets were not "
-                                   f"published within {timeout_s} s")
+                raise RequestTimedOutError(
+                    "DeleteRecords: the new log start offsets are logged (they will be "
+                    f"published) but were not published within {timeout_s} s")
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
             self.kick()

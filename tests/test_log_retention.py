@@ -242,6 +242,11 @@ def test_alter_configs_validated_and_applied(file_root: str) -> None:
             client.alter_configs("c", delete=["no.such.config"])
         with pytest.raises(UnknownTopicOrPartitionError):
             client.alter_configs("nope", {"retention.ms": "1"})
+        # DeleteRecords on a compacted topic is Kafka's PolicyViolation
+        from txnlog.coordinator.errors import PolicyViolationError
+        client.create_topic("cmp", 1, {"cleanup.policy": "compact"})
+        with pytest.raises(PolicyViolationError, match="cleanup.policy"):
+            client.delete_records({("cmp", 0): 0})
         assert client.describe_topic("c")["config"] == {"segment.bytes": "2000"}
         # validate_only changes nothing
         client.alter_configs("c", {"retention.ms": "1000"}, validate_only=True)
