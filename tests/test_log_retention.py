@@ -245,7 +245,7 @@ def test_alter_configs_validated_and_applied(file_root: str) -> None:
         # DeleteRecords on a compacted topic is Kafka's PolicyViolation
         from txnlog.coordinator.errors import PolicyViolationError
         client.create_topic("cmp", 1, {"cleanup.policy": "compact"})
-        with pytest.raises(PolicyViolationError, match="cleanup.policy"):
+        with pytest.raises(PolicyViolationError, match=r"cleanup\.policy"):
             client.delete_records({("cmp", 0): 0})
         assert client.describe_topic("c")["config"] == {"segment.bytes": "2000"}
         # validate_only changes nothing
