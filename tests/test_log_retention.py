@@ -369,3 +369,50 @@ def test_create_partitions_grow_only_and_keyed_routing_follows(file_root: str) -
         assert sorted(p for p, v in got if v == b"after") == sorted(after.values())
     with coordinator(file_root) as proc:
         assert CoordinatorClient(proc.endpoint).describe_topic("k")["partitions"] == 5
+
+
+def test_cli_lifecycle_commands(file_root: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """kafka-delete-records / kafka-configs --alter / kafka-topics --alter and --delete
+    through the txnlog CLI: output, exit codes, bad input refused with exit 1."""
+    import json
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "txnlog.coordinator.cli", *args,
+                               "--root", file_root], capture_output=True, text=True,
+                              timeout=120)
+
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic("cli", 1)
+        write(file_root, proc.endpoint, "cli", 5)
+        spec = tmp_path / "d.json"
+        spec.write_text(json.dumps({"partitions": [{"topic": "cli", "partition": 0,
+                                                    "offset": 4}], "version": 1}))
+        r = run("delete-records", "--offset-json-file", str(spec))
+        assert r.returncode == 0, r.stderr
+        assert "partition: cli-0\tlow_watermark: 4" in r.stdout
+        assert PartitionReader(storage, "cli", 0).earliest_offset() == 4
+        spec.write_text(json.dumps({"partitions": [{"topic": "cli", "partition": 0,
+                                                    "offset": 999}]}))
+        r = run("delete-records", "--offset-json-file", str(spec))
+        assert r.returncode == 1 and "OffsetOutOfRange" in r.stderr, r.stderr
+        r = run("configs", "alter", "--topic", "cli", "--add-config", "retention.ms=x")
+        assert r.returncode == 1 and "InvalidConfig" in r.stderr and "Traceback" not in r.stderr
+        r = run("configs", "alter", "--topic", "cli", "--add-config",
+                "retention.ms=3600000,retention.bytes=1000000", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == {"retention.ms": "3600000", "retention.bytes": "1000000"}
+        r = run("configs", "alter", "--topic", "cli", "--delete-config", "retention.bytes")
+        assert r.returncode == 0 and "Completed updating config" in r.stdout, r.stderr
+        r = run("topics", "alter", "--topic", "cli", "--partitions", "1")
+        assert r.returncode == 1 and "InvalidPartitions" in r.stderr
+        r = run("topics", "alter", "--topic", "cli", "--partitions", "3")
+        assert r.returncode == 0 and "now has 3 partitions" in r.stdout, r.stderr
+        r = run("topics", "describe", "--topic", "cli")
+        assert "PartitionCount: 3" in r.stdout and "LogStartOffset: 4" in r.stdout, r.stdout
+        r = run("topics", "delete", "--topic", "cli")
+        assert r.returncode == 0 and "deleted" in r.stdout, r.stderr
+        r = run("topics", "delete", "--topic", "cli")
+        assert r.returncode == 1 and "UnknownTopicOrPartition" in r.stderr
