@@ -416,3 +416,47 @@ def test_cli_lifecycle_commands(file_root: str, tmp_path) -> None:  # type: igno
         assert r.returncode == 0 and "deleted" in r.stdout, r.stderr
         r = run("topics", "delete", "--topic", "cli")
         assert r.returncode == 1 and "UnknownTopicOrPartition" in r.stderr
+
+
+def test_retention_state_survives_a_snapshot() -> None:
+    """The records replay to the same state, and a snapshot holds what is pending."""
+    import json
+
+    from txnlog.coordinator.state import CoordinatorState
+    from txnlog.coordinator.txn_log_records import LogRecord
+
+    st = CoordinatorState()
+    st.apply(LogRecord("topic", {"id": "t", "name": "t", "partitions": 2, "config": {}}))
+    for i in range(3):
+        st.apply(LogRecord("merge", {
+            "id": "t-0", "topic": "t", "p": 0, "seq": i + 1,
+            "inputs": [[-1, 10 * i, 10 * i + 10, 100, 0, 0]],
+            "output": [0, 10 * i, 10 * i + 10, 100, 0, 5], "open_since_ms": 0,
+            "grace_ms": 2000, "ms": 1000}))
+        st.apply(LogRecord("merged", {"id": "t-0", "seq": i + 1, "ms": 1000}))
+    st.apply(LogRecord("log_start", {"id": "t-0", "topic": "t", "p": 0, "offset": 15}))
+    st.apply(LogRecord("retain", {"id": "t-0", "topic": "t", "p": 0, "seq": 4, "drop": 1,
+                                  "log_start": 15, "reason": "log_start", "grace_ms": 2000,
+                                  "ms": 2000}))
+    mid = CoordinatorState.from_snapshot(json.loads(json.dumps(st.to_snapshot())))
+    assert mid.retain_planned == st.retain_planned and mid.log_start_wanted == {"t-0": 15}
+    for s in (st, mid):
+        s.apply(LogRecord("retained", {"id": "t-0", "seq": 4, "ms": 2500}))
+        pm = s.merges["t-0"]
+        assert (pm.seq, pm.start_offset, pm.log_start) == (4, 10, 15)
+        assert [o.base_offset for o in pm.objects] == [10, 20]
+        assert any(o.base_offset == 0 for g in pm.garbage for o in g.merged)
+        s.apply(LogRecord("topic_config", {"id": "t", "name": "t",
+                                           "config": {"retention.ms": "5"}}))
+        assert s.topic_config("t")["retention.ms"] == "5"
+        assert s.topic_config("t")["cleanup.policy"] == "delete"
+        s.apply(LogRecord("topic_delete", {"id": "t", "name": "t", "partitions": 2}))
+        assert "t" not in s.topics and s.topics_deleting == {"t": 2}
+    again = CoordinatorState.from_snapshot(json.loads(json.dumps(st.to_snapshot())))
+    assert again.topics_deleting == {"t": 2}
+    assert again.merges["t-0"].to_json() == st.merges["t-0"].to_json()
+    for s in (st, again):
+        s.apply(LogRecord("topic_delete", {"id": "t", "name": "t", "partitions": 2,
+                                           "done": True}))
+        assert s.topics_deleting == {}
+    assert st.to_snapshot() == again.to_snapshot()
