@@ -164,6 +164,9 @@ def check(ops_in: Iterable[dict[str, Any]]) -> Result:
     for op in ops:  # a send's own offset (known once flushed): where a value never read is
         if op["f"] == "send" and op.get("offset") is not None:
             where.setdefault(op["value"], (f"{op['topic']}-{op['partition']}", op["offset"]))
+        elif op["f"] == "placed":  # the offsets of a committed transaction's records
+            for value, tp, offset in op.get("at") or []:
+                where.setdefault(value, (tp, offset))
 
     _check_retries(res, [op for op in ops if op["f"] == "retry"])
     _check_values(res, polls, by_value)
@@ -246,10 +249,13 @@ def _deleted(op: dict[str, Any], loc: tuple[str, int] | None) -> bool:
 def _check_log_start(res: Result, polls: list[dict[str, Any]]) -> None:
     """read-below-log-start: a read returned a record its own listing says is deleted."""
     for op in polls:
+        # the log start when the read began: records it returned below that were deleted
+        # before it could read them (one deleted while it read was there to be read)
+        begin = op.get("log_start_begin") or op.get("log_start") or {}
         for tp, offset, value in _reads(op):
-            if _deleted(op, (tp, offset)):
+            if offset < begin.get(tp, 0):
                 res.add("read-below-log-start", proc=op["proc"], mode=op.get("mode"), tp=tp,
-                        offset=offset, value=value, log_start=op["log_start"][tp])
+                        offset=offset, value=value, log_start=begin[tp])
 
 
 def _check_offsets(res: Result, polls: list[dict[str, Any]]) -> None:
@@ -295,6 +301,8 @@ def _check_bounds(res: Result, polls: list[dict[str, Any]]) -> None:
         for tp, (lo, hi) in (op.get("ranges") or {}).items():
             hw, lso = bounds.get(tp, (0, 0))
             bound = lso if rc else hw
+            if hi <= (op.get("log_start") or {}).get(tp, 0):
+                continue  # reset to a log start past the bound (DeleteRecords up to the HW)
             if hi > bound and hi > lo:
                 res.add(kind, proc=op["proc"], tp=tp, range=[lo, hi], hw=hw, lso=lso,
                         snapshot=op.get("snapshot"))
