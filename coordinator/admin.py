@@ -8,9 +8,9 @@ offsets, transactions, producers) is asked of the coordinator registered for the
 the one named), through ``CoordinatorClient``. Answers are plain JSON-able dicts and lists,
 so ``txnlog ... --json`` prints exactly what this API returns.
 
-What txnlog cannot do yet is refused with ``UnsupportedOperationError`` naming why, never
-faked: deleting topics or records and changing retention configs belong to the log
-lifecycle (issue 14), and a topic's partition count is fixed for good when it is created.
+What txnlog cannot do is refused with ``UnsupportedOperationError`` naming why, never
+faked. The topic lifecycle (DeleteRecords, DeleteTopics, CreatePartitions, altering
+configs) goes through the coordinator's log (``topic_admin.py``).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIM
 # Kafka's topic-level defaults, shown by describe_configs for what a topic does not set;
 # "honoured" says whether txnlog acts on the setting today.
 DEFAULT_CONFIGS: dict[str, tuple[str, bool]] = {
-    "cleanup.policy": ("delete", False),
-    "retention.ms": ("604800000", False),
-    "retention.bytes": ("-1", False),
-    "segment.bytes": ("1073741824", False),
-    "segment.ms": ("604800000", False),
+    "cleanup.policy": ("delete", True),
+    "retention.ms": ("604800000", True),
+    "retention.bytes": ("-1", True),
+    "segment.bytes": ("1073741824", True),
+    "segment.ms": ("604800000", True),
     "delete.retention.ms": ("86400000", False),
-    "file.delete.delay.ms": ("60000", False),
+    "file.delete.delay.ms": ("60000", True),
 }
 ADMIN_TID_PREFIX = "txnlog-admin-offsets-"
 
@@ -139,22 +139,22 @@ class AdminClient:
                 for name, n, cfg in new_topics]
 
     def delete_topics(self, names: Iterable[str]) -> None:
-        """Not yet: a deleted topic's name must never show its predecessor's records."""
-        raise UnsupportedOperationError(
-            f"deleting topics ({', '.join(names)}) is not supported yet: it comes with "
-            f"{LIFECYCLE_ISSUE}, which keeps a re-created topic from showing the old records")
+        """Kafka's DeleteTopics: each topic is gone at once for readers, writers and tools;
+        its objects are deleted in the background. A topic re-created under the name
+        continues after its predecessor's offsets, so nothing of the old one can show."""
+        for name in names:
+            self.client.delete_topic(name)
 
     def create_partitions(self, topic: str, total: int) -> None:
-        """Not yet: growing a topic (as Kafka does: keyed records' partitions move, readers
-        and running streams pick the new ones up) comes with the log lifecycle issue."""
-        raise UnsupportedOperationError(
-            f"topic {topic!r}: adding partitions (asked for {total}) is not supported yet: "
-            f"it comes with {LIFECYCLE_ISSUE}")
+        """Kafka's CreatePartitions: grow ``topic`` to ``total`` partitions (never shrink:
+        InvalidPartitions). Keyed records written afterwards follow the new count, readers
+        and running streams pick the new partitions up from earliest."""
+        self.client.create_partitions(topic, total)
 
     # ------------------------------------------------------------------- configs
     def describe_configs(self, topic: str) -> list[dict[str, Any]]:
         """The topic's configs: what it sets (source TOPIC_CONFIG) and Kafka's defaults
-        for the rest (DEFAULT_CONFIG), each with whether txnlog honours it today."""
+        for the rest (DEFAULT_CONFIG), each with whether txnlog acts on it."""
         meta = topics.read_topic(self.storage, topic)
         out = []
         for key in sorted(set(meta.config) | set(DEFAULT_CONFIGS)):
@@ -162,18 +162,18 @@ class AdminClient:
             given = key in meta.config
             out.append({"name": key, "value": meta.config[key] if given else default,
                         "source": "TOPIC_CONFIG" if given else "DEFAULT_CONFIG",
-                        "read_only": True, "honoured": honoured})
+                        "read_only": False, "honoured": honoured})
         return out
 
     def incremental_alter_configs(self, topic: str, set_configs: Mapping[str, str],
-                                  delete_configs: Iterable[str] = ()) -> None:
-        """Not yet: topic configs are fixed at creation and nothing acts on them before
-        the log lifecycle lands."""
-        names = sorted([*set_configs, *delete_configs])
-        raise UnsupportedOperationError(
-            f"altering configs of topic {topic!r} ({', '.join(names)}) is not supported yet: "
-            f"configs are written once at creation, and the settings that matter "
-            f"(retention.*, cleanup.policy, segment.*) come with {LIFECYCLE_ISSUE}")
+                                  delete_configs: Iterable[str] = (), *,
+                                  validate_only: bool = False) -> dict[str, str]:
+        """Kafka's IncrementalAlterConfigs (SET and DELETE) of one topic, through the
+        coordinator's log: unknown names and bad values are InvalidConfig (nothing changed).
+        Returns the topic's configs after the change."""
+        out = self.client.alter_configs(topic, dict(set_configs), list(delete_configs),
+                                        validate_only)
+        return dict(out["config"])
 
     alter_configs = incremental_alter_configs
 
@@ -223,12 +223,13 @@ class AdminClient:
                              f"{', '.join(map(str, bad))}")
         return [TopicPartition(topic, p) for p in wanted]
 
-    def delete_records(self, before: Mapping[TopicPartition, int]) -> None:
-        """Not yet: moving a partition's log start offset is part of the log lifecycle."""
-        where = ", ".join(f"{t}-{p}:{o}" for (t, p), o in sorted(before.items()))
-        raise UnsupportedOperationError(
-            f"deleting records ({where}) is not supported yet: txnlog has no log start "
-            f"offset to move before {LIFECYCLE_ISSUE}; nothing was deleted")
+    def delete_records(self, before: Mapping[TopicPartition, int]
+                       ) -> dict[TopicPartition, int]:
+        """Kafka's DeleteRecords: each partition's log start offset moves to its offset (-1:
+        the high watermark); records below it are gone for readers at once and their whole
+        segments from storage after file.delete.delay.ms. Returns the new low watermarks."""
+        low = self.client.delete_records({(t, p): int(o) for (t, p), o in before.items()})
+        return {TopicPartition(t, p): w for (t, p), w in low.items()}
 
     # -------------------------------------------------------------------- groups
     def list_consumer_groups(self) -> list[dict[str, Any]]:

@@ -129,9 +129,9 @@ def _add_topics(p: argparse.ArgumentParser) -> None:
     c.add_argument("--if-not-exists", action="store_true")
     c.add_argument("--replication-factor", type=int, default=None,
                    help="accepted for Kafka scripts; storage replicates, not txnlog")
-    rm = sub.add_parser("delete", help="delete a topic (not supported yet: issue 14)")
+    rm = sub.add_parser("delete", help="delete a topic (kafka-topics --delete)")
     rm.add_argument("--topic", required=True)
-    a = sub.add_parser("alter", help="add partitions (not supported yet: issue 14)")
+    a = sub.add_parser("alter", help="add partitions (kafka-topics --alter --partitions)")
     a.add_argument("--topic", required=True)
     a.add_argument("--partitions", type=int, required=True)
     for s in (ls, d, c, rm, a):
@@ -209,7 +209,7 @@ def _add_transactions(p: argparse.ArgumentParser) -> None:
 def _add_configs(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="verb", required=True)
     d = sub.add_parser("describe", help="a topic's configs (kafka-configs --describe)")
-    a = sub.add_parser("alter", help="change configs (not supported yet: issue 14)")
+    a = sub.add_parser("alter", help="change configs (kafka-configs --alter)")
     a.add_argument("--add-config", default=None, metavar="K1=V1,K2=V2")
     a.add_argument("--delete-config", default=None, metavar="K1,K2")
     for s in (d, a):
@@ -287,8 +287,11 @@ def _topics(args: argparse.Namespace, admin: AdminClient) -> None:
         _emit(args, meta, lambda: f"Created topic {args.topic}.")
     elif args.verb == "delete":
         admin.delete_topics([args.topic])
+        _emit(args, {"deleted": args.topic}, lambda: f"Topic {args.topic} deleted.")
     else:
         admin.create_partitions(args.topic, args.partitions)
+        _emit(args, {"name": args.topic, "partitions": args.partitions},
+              lambda: f"Topic {args.topic} now has {args.partitions} partitions.")
 
 
 def _matching(patterns: list[str], names: list[str], root: str) -> list[str]:
@@ -510,7 +513,8 @@ def _configs(args: argparse.Namespace, admin: AdminClient) -> None:
         drop = [x.strip() for x in (args.delete_config or "").split(",") if x.strip()]
         if not add and not drop:
             raise ValueError("give --add-config and/or --delete-config")
-        admin.incremental_alter_configs(topic, add, drop)
+        config = admin.incremental_alter_configs(topic, add, drop)
+        _emit(args, config, lambda: f"Completed updating config for topic {topic}.")
 
 
 def _get_offsets(args: argparse.Namespace, admin: AdminClient) -> None:
@@ -537,7 +541,12 @@ def _delete_records(args: argparse.Namespace, admin: AdminClient) -> None:
                   for x in spec["partitions"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"--offset-json-file {args.offset_json_file}: {exc}") from None
-    admin.delete_records(before)
+    low = admin.delete_records(before)
+    rows = [{"topic": t, "partition": p, "low_watermark": w} for (t, p), w in sorted(low.items())]
+    # kafka-delete-records prints one line per partition
+    _emit(args, rows, lambda: "Records delete operation completed:\n" + "\n".join(
+        f"partition: {r['topic']}-{r['partition']}\tlow_watermark: {r['low_watermark']}"
+        for r in rows))
 
 
 class _Failed(Exception):

@@ -39,6 +39,7 @@ from .http_server import Reply
 from .kafka_txn import KAFKA_TXN_OPERATIONS
 from .metrics import Metrics
 from .request_limits import check_request, parse_body
+from .topic_admin import ADMIN_TOPIC_OPERATIONS
 from .transaction_coordinator import TransactionCoordinator
 
 log = logging.getLogger("txnlog.coordinator.api")
@@ -236,6 +237,7 @@ OPERATIONS: dict[str, Handler] = {
     "committed_offsets": _committed, "end_txn": _end_txn, "begin_batch": _begin_batch,
     "create_topic": _create_topic, "describe_topic": _describe_topic,
     "list_topics": _list_topics, "describe_txn": _describe_txn, "stable": _stable,
+    **ADMIN_TOPIC_OPERATIONS,  # delete records, alter configs (issue 14)
     **ADMIN_OPERATIONS,  # list/delete groups, list/describe/abort transactions, producers
     **GROUP_OPERATIONS,  # consumer-group membership for gateways (group_membership.py)
     **KAFKA_TXN_OPERATIONS,  # Kafka clients' transactions through gateways (kafka_txn.py)

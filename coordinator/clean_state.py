@@ -91,7 +91,7 @@ class CleanPlan:
         objects = [o for o in pm.objects if o not in cleaned] + list(self.outputs)
         objects.sort(key=lambda o: o.base_offset)
         return new_manifest(self.topic, self.partition, self.seq, objects, pm.start_offset,
-                            pm.open_since_ms, self.grace_ms, self.ms)
+                            pm.open_since_ms, self.grace_ms, self.ms, pm.log_start)
 
 
 @dataclass

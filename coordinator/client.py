@@ -378,6 +378,33 @@ class CoordinatorClient:
         return self.call("create_topic", {"name": name, "partitions": partitions,
                                           "config": dict(config or {}), "exist_ok": exist_ok})
 
+    def delete_records(self, offsets: Mapping[tuple[str, int], int],
+                       timeout_ms: int = 60_000) -> dict[tuple[str, int], int]:
+        """DeleteRecords: move each partition's log start offset to its offset (-1: the
+        high watermark); the new low watermarks, once readers see them."""
+        body = {"partitions": [{"topic": t, "partition": p, "offset": o}
+                               for (t, p), o in offsets.items()], "timeout_ms": timeout_ms}
+        res = self.call("delete_records", body)
+        return {(r["topic"], r["partition"]): r["low_watermark"] for r in res["partitions"]}
+
+    def create_partitions(self, name: str, total: int, validate_only: bool = False
+                          ) -> dict[str, Any]:
+        """CreatePartitions: grow the topic to ``total`` partitions."""
+        return self.call("create_partitions", {"name": name, "total": total,
+                                               "validate_only": validate_only})
+
+    def delete_topic(self, name: str) -> dict[str, Any]:
+        """DeleteTopics of one topic; its objects are deleted in the background."""
+        return self.call("delete_topic", {"name": name})
+
+    def alter_configs(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                      delete: list[str] | None = None, validate_only: bool = False
+                      ) -> dict[str, Any]:
+        """IncrementalAlterConfigs of one topic (SET and DELETE); its configs after it."""
+        return self.call("alter_configs", {"name": name, "set": dict(set_configs or {}),
+                                           "delete": list(delete or []),
+                                           "validate_only": validate_only})
+
     def describe_topic(self, name: str) -> dict[str, Any]:
         """A topic's metadata ({"name", "partitions", "config", ...}) or UnknownTopicOrPartition."""
         return self.call("describe_topic", {"name": name})

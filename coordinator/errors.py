@@ -31,8 +31,26 @@ class UnknownServerError(CoordinatorError):
     name, code, http_status = "UnknownServerError", -1, 500
 
 
+class OffsetOutOfRangeError(CoordinatorError):
+    """Kafka's OFFSET_OUT_OF_RANGE (DeleteRecords past the high watermark)."""
+
+    name, code = "OffsetOutOfRange", 1
+
+
 class UnknownTopicOrPartitionError(CoordinatorError):
     name, code = "UnknownTopicOrPartition", 3
+
+
+class RequestTimedOutError(CoordinatorError):
+    """Kafka's REQUEST_TIMED_OUT: the change is logged, its effect not yet published."""
+
+    name, code, http_status, retriable = "RequestTimedOut", 7, 503, True
+
+
+class PolicyViolationError(CoordinatorError):
+    """Kafka's POLICY_VIOLATION (DeleteRecords on a topic whose cleanup.policy is compact)."""
+
+    name, code = "PolicyViolation", 44
 
 
 class CoordinatorLoadInProgressError(CoordinatorError):
@@ -124,7 +142,9 @@ class InvalidRecordError(CoordinatorError):
 
 ERRORS: dict[str, type[CoordinatorError]] = {
     cls.name: cls for cls in (
-        UnknownServerError, UnknownTopicOrPartitionError, CoordinatorLoadInProgressError,
+        UnknownServerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError,
+        RequestTimedOutError, PolicyViolationError,
+        CoordinatorLoadInProgressError,
         NotCoordinatorError, InvalidTopicError, TopicAlreadyExistsError,
         InvalidPartitionsError, InvalidRequestError, InvalidConfigError,
         AuthenticationFailedError, OutOfOrderSequenceError,

@@ -115,10 +115,12 @@ class LogMerger:
         # GETs, not eight
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="coord-merge")
         self._wake: asyncio.Event | None = None
-        # other roles run in this loop, between finishing planned merges and new ones
-        # (the log cleaner: it shares the manifest sequence, so never beside a merge), and
-        # may hold a partition's merges back while they have work planned there
-        self.hooks: list[Callable[[], Awaitable[int]]] = []
+        # other roles run in this loop, between finishing planned merges and new ones, so
+        # they never interleave with a merge of the partition: retention (issue 14) and the
+        # log cleaner (it shares the manifest sequence too). They return the merges they
+        # count against the tick's budget; ``blocked`` holds a partition's merges back
+        # while a role has work planned there.
+        self.hooks: list[Callable[[], Awaitable[Any]]] = []
         self.blocked: list[Callable[[str], bool]] = []
         state.observers.append(self.observe)
 
@@ -165,7 +167,7 @@ class LogMerger:
 
     # ------------------------------------------------------------------------ the loop
     def start(self) -> None:
-        if not self.enabled:
+        if not self.enabled and not self.hooks:
             return
         if not self.state.merge_swept:  # a root written before merging: look at all once
             self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
@@ -218,11 +220,14 @@ class LogMerger:
         if not self.published():
             return done  # no LSO of this coordinator's yet: nothing is known to be below it
         for key, pm in list(self.state.merges.items()):
-            if pm.planned is not None and key not in self.refused:
+            if self.enabled and pm.planned is not None and key not in self.refused:
                 await self._guarded(key, self._finish(pm.planned))
                 done += 1
         for hook in self.hooks:
-            done += await hook()
+            done += int(await hook() or 0)
+        if not self.enabled:  # --no-merge: retention's deletions still happen
+            await self.clean_due()
+            return done
         for key in self._candidates(now_ms()):
             if done >= MERGES_PER_TICK:
                 break  # the rest stay due: looked at next tick

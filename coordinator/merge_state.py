@@ -127,6 +127,8 @@ class PartitionMerges:
     grace_ms: int = 0
     planned: MergePlan | None = None
     garbage: list[Garbage] = field(default_factory=list)
+    # the log start offset the newest manifest carries (issue 14, log_retention.py)
+    log_start: int = 0
 
     @property
     def merged_end(self) -> int:
@@ -145,14 +147,15 @@ class PartitionMerges:
         objects.sort(key=lambda o: o.base_offset)
         start = objects[0].base_offset if not self.objects else self.start_offset
         return new_manifest(plan.topic, plan.partition, plan.seq, objects, start,
-                            plan.open_since_ms, plan.grace_ms, plan.ms)
+                            plan.open_since_ms, plan.grace_ms, plan.ms, self.log_start)
 
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "start": self.start_offset,
                 "objects": [o.to_json() for o in self.objects],
                 "open_since_ms": self.open_since_ms, "grace_ms": self.grace_ms,
                 "planned": self.planned.to_record() if self.planned is not None else None,
-                "garbage": [g.to_json() for g in self.garbage]}
+                "garbage": [g.to_json() for g in self.garbage],
+                **({"log_start": self.log_start} if self.log_start else {})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> PartitionMerges:
@@ -160,7 +163,8 @@ class PartitionMerges:
                    [MergedObject.from_json(r) for r in d["objects"]],
                    int(d["open_since_ms"]), int(d["grace_ms"]),
                    MergePlan.from_record(d["planned"]) if d.get("planned") else None,
-                   [Garbage.from_json(g) for g in d["garbage"]])
+                   [Garbage.from_json(g) for g in d["garbage"]],
+                   int(d.get("log_start", 0)))
 
 
 def apply_merge(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:

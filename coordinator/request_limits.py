@@ -198,6 +198,19 @@ OPERATION_SHAPES: dict[str, Obj] = {
                                   "metadata": Field(Str(min_chars=0), required=False,
                                                     default="")})))}),
     "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
+    # the topic lifecycle (topic_admin.py, issue 14)
+    "delete_records": Obj({
+        "partitions": Field(_part(offset=Int(-1, INT64[1]))),
+        "timeout_ms": Field(Int(0, INT32[1]), required=False, default=60_000)}),
+    "delete_topic": Obj({"name": Field(TOPIC)}),
+    "create_partitions": Obj({"name": Field(TOPIC), "total": Field(Int(1, INT32[1])),
+                              "validate_only": Field(Bool(), required=False, default=False)}),
+    "alter_configs": Obj({
+        "name": Field(TOPIC),
+        "set": Field(ConfigMap(), required=False, default={}, nullable=True),
+        "delete": Field(ListOf(Str(max_bytes=255), max_items=MAX_CONFIG_ENTRIES),
+                        required=False, nullable=True),
+        "validate_only": Field(Bool(), required=False, default=False)}),
 }
 
 def deeper_than(value: Any, limit: int) -> bool:

@@ -26,6 +26,7 @@ This lives in ``coordinator`` and not in ``log_format`` because it talks to the 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -45,34 +46,42 @@ Written = tuple[str, int, int]
 
 
 class PartitionCounts:
-    """How many partitions each topic has, read once per producer from ``_meta/topics``.
-
-    A topic's partition count never shrinks, so a cached count stays valid for a producer's
-    life. ``create``: called for a topic that does not exist and returns its partition count
-    once created (the Spark writer's auto-creation, through the coordinator so the creation is
-    in its log); without it an unknown topic is ``UnknownTopicOrPartitionError``.
+    """How many partitions each topic has, read from ``_meta/topics`` and read again after
+    ``max_age_s`` (Kafka's producer ``metadata.max.age.ms``, 5 minutes): partitions can be
+    added (CreatePartitions, never removed), and keyed records then follow Kafka's
+    ``murmur2(key) % n`` over the new count. ``create``: called for a topic that does not
+    exist and returns its partition count once created (the Spark writer's auto-creation,
+    through the coordinator so the creation is in its log); without it an unknown topic is
+    ``UnknownTopicOrPartitionError``.
     """
 
-    def __init__(self, storage: Storage, create: Callable[[str], int] | None = None) -> None:
+    def __init__(self, storage: Storage, create: Callable[[str], int] | None = None,
+                 max_age_s: float = 300.0) -> None:
         self.storage = storage
         self.create = create
-        self._counts: dict[str, int] = {}
+        self.max_age_s = max_age_s
+        self._counts: dict[str, tuple[int, float]] = {}
         self._compacted: dict[str, bool] = {}
 
     def __call__(self, topic: str) -> int:
-        """The partition count of ``topic``."""
-        n = self._counts.get(topic)
-        if n is None:
-            try:
-                meta = topics.read_topic(self.storage, topic)
-                n = meta.partitions
-                self._compacted[topic] = compacts(meta.config)  # the same GET tells
-            except topics.UnknownTopicError as exc:
-                if self.create is None:
-                    raise UnknownTopicOrPartitionError(str(exc)) from None
-                n = self.create(topic)
-            self._counts[topic] = n
-        return n
+        """The partition count of ``topic`` (read again after ``max_age_s``, so partitions
+        added by CreatePartitions are followed, and a changed cleanup.policy)."""
+        cached = self._counts.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.max_age_s:
+            return cached[0]
+        try:
+            meta = topics.read_topic(self.storage, topic)
+            n = meta.partitions
+            self._compacted[topic] = compacts(meta.config)  # the same GET tells
+        except topics.UnknownTopicError as exc:
+            if cached is not None:
+                return cached[0]  # deleted under a producer: its reserve is refused
+            if self.create is None:
+                raise UnknownTopicOrPartitionError(str(exc)) from None
+            n = self.create(topic)
+        self._counts[topic] = (max(n, cached[0]) if cached else n, now)
+        return self._counts[topic][0]
 
     def compacted(self, topic: str) -> bool:
         """Whether ``topic`` has ``cleanup.policy=compact`` (records need keys there), read

@@ -113,13 +113,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="... or this many seconds with records, whichever comes first")
     parser.add_argument("--stable-keep", type=int, default=10)
     parser.add_argument("--no-merge", action="store_true",
-                        help="do not merge small objects into segments (nor delete them)")
+                        help="do not merge small objects into segments (retention and its "
+                             "deletions still run)")
     parser.add_argument("--merge-min-objects", type=_at_least_two, default=32,
                         help="small objects below the LSO that make a run (default 32)")
     parser.add_argument("--merge-fanout", type=_at_least_two, default=8,
                         help="runs of one level that make a run of the next (default 8)")
     parser.add_argument("--merge-interval-s", type=float, default=1.0,
                         help="how often partitions are looked at for merging (default 1)")
+    parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
+                        help="how often retention.ms/retention.bytes are applied (Kafka's "
+                             "log.retention.check.interval.ms, default 300000)")
     parser.add_argument("--no-register", action="store_true",
                         help="do not write _coordinator.json")
     parser.add_argument("--advertised-url", default=None, metavar="URL",
@@ -223,7 +227,8 @@ class CoordinatorServer:
             merge_settings=MergeSettings(min_objects=args.merge_min_objects,
                                          fanout=args.merge_fanout,
                                          interval_s=args.merge_interval_s),
-            merging=not args.no_merge)
+            merging=not args.no_merge,
+            retention_check_interval_ms=args.retention_check_interval_ms)
         self.metrics = Metrics(self.coordinator)
         self.coordinator.metrics = self.metrics
         self.state = ServingState()

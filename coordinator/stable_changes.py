@@ -39,7 +39,8 @@ from .txn_log_records import LogRecord
 
 NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets",
                            "merge", "merged", "cleaned", "swept", "group_delete",
-                           "kafka_client", "compact", "compacted"})
+                           "kafka_client", "compact", "compacted",
+                           "log_start", "retain", "retained", "topic_config"})
 
 
 def _plan_keys(plan: Any) -> Iterable[str]:

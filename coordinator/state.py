@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import log_retention
 from .clean_state import PartitionCleaning, apply_compact, apply_compacted
 from .completion_plan import CompletionPlan
 from .errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
@@ -35,6 +36,7 @@ from .partition_state import (
     partition_key,
 )
 from .states import TxnState
+from .topic_config import effective_config
 from .txn_log_records import LogRecord
 from .txn_metadata import Txn
 
@@ -70,6 +72,12 @@ class CoordinatorState:
     # Per partition key of a compacted topic: its cleaner checkpoint and the compaction
     # under way (clean_state.py).
     cleanings: dict[str, PartitionCleaning] = field(default_factory=dict)
+    # Retention and DeleteRecords (log_retention.py): log start offsets DeleteRecords asked
+    # for, per partition key, and log start changes logged but not yet published.
+    log_start_wanted: dict[str, int] = field(default_factory=dict)
+    retain_planned: dict[str, Any] = field(default_factory=dict)
+    # Topics deleted whose objects are not all deleted yet: name -> partitions.
+    topics_deleting: dict[str, int] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -83,6 +91,12 @@ class CoordinatorState:
             raise InvalidProducerIdMappingError(
                 f"transactional id {tid!r} is unknown: call init_producer_id first")
         return txn
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's effective configs: what it sets (at creation or altered since) over
+        Kafka's defaults — what merging, retention and compaction act on."""
+        meta = self.topics.get(topic)
+        return effective_config(meta.get("config") or {} if meta else {})
 
     def partition(self, key: str) -> PartitionState:
         """A partition's state (an empty one for a partition nothing was reserved in)."""
@@ -167,6 +181,22 @@ class CoordinatorState:
 
     def _apply_swept(self, d: dict[str, Any]) -> None:
         self.merge_swept = True
+
+    def _apply_log_start(self, d: dict[str, Any]) -> None:
+        log_retention.apply_log_start(self, d)
+
+    def _apply_retain(self, d: dict[str, Any]) -> None:
+        log_retention.apply_retain(self, d)
+
+    def _apply_retained(self, d: dict[str, Any]) -> None:
+        log_retention.apply_retained(self, d)
+
+    def _apply_topic_delete(self, d: dict[str, Any]) -> None:
+        log_retention.apply_topic_delete(self, d)
+
+    def _apply_topic_config(self, d: dict[str, Any]) -> None:
+        """IncrementalAlterConfigs: the topic's whole config after the change."""
+        self.topics[d["name"]]["config"] = dict(d["config"])
 
     def _apply_takeover(self, d: dict[str, Any]) -> None:
         self.coordinator_epoch = d["epoch"]
@@ -409,6 +439,7 @@ class CoordinatorState:
             **({"kafka_clients": self.kafka_clients} if self.kafka_clients else {}),
             **({"cleanings": {k: v.to_json() for k, v in self.cleanings.items()}}
                if self.cleanings else {}),
+            **log_retention.retention_snapshot(self),
         }
 
     @classmethod
@@ -448,6 +479,7 @@ class CoordinatorState:
         st.kafka_clients = {k: list(v) for k, v in s.get("kafka_clients", {}).items()}
         st.cleanings = {k: PartitionCleaning.from_json(v)
                         for k, v in s.get("cleanings", {}).items()}
+        log_retention.restore_retention(st, s)
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

@@ -92,6 +92,30 @@ TOPIC_CONFIGS: dict[str, Callable[[str], str | None]] = {
 }
 
 
+# Kafka's defaults (LogConfig / the broker's log.* defaults) for the configs txnlog acts on:
+# merging (segment.*), deleting merged-away objects (file.delete.delay.ms), retention
+# (retention.*, cleanup.policy), compaction (cleanup.policy, *.compaction.*, delete.retention.ms).
+DEFAULTS: dict[str, str] = {
+    "cleanup.policy": "delete",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "delete.retention.ms": "86400000",
+    "file.delete.delay.ms": "60000",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": str(LONG_MAX),
+}
+
+
+def effective_config(config: Mapping[str, str]) -> dict[str, str]:
+    """A topic's configs as the log acts on them: what it sets over Kafka's defaults. The
+    one place merging, retention and compaction read a topic's configs from (through
+    ``CoordinatorState.topic_config``), so an altered config applies to all of them."""
+    return {**DEFAULTS, **{k: str(v) for k, v in config.items()}}
+
+
 def validate_topic_config(config: Mapping[str, str]) -> dict[str, str]:
     """``config`` if every entry is a Kafka topic config with a valid value; otherwise
     InvalidConfig naming the first bad entry."""

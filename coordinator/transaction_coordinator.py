@@ -54,6 +54,7 @@ from .errors import (
 from .group_offsets import GroupOffsets
 from .log_cleaner import LogCleaner
 from .log_merger import LogMerger
+from .log_retention import DEFAULT_CHECK_INTERVAL_MS, LogRetention
 from .merge_policy import MergeSettings
 from .partition_state import (
     Offsets,
@@ -102,7 +103,8 @@ class TransactionCoordinator:
                  reservation_timeout_ms: int = 60_000, stable_keep: int = 10,
                  io_threads: int = 64, observer: Observer | None = None,
                  one_shot_id_retention_ms: int = ONE_SHOT_ID_RETENTION_MS,
-                 merge_settings: MergeSettings | None = None, merging: bool = True) -> None:
+                 merge_settings: MergeSettings | None = None, merging: bool = True,
+                 retention_check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS) -> None:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
         self.state = CoordinatorState()
@@ -125,6 +127,10 @@ class TransactionCoordinator:
                                 merge_settings, merging)
         self.cleaner = LogCleaner(self.state, self.commits, self.io, self.merger,
                                   self._published_lso, self.observer, merging)
+        self.retention = LogRetention(self.state, self.commits, self.io, self.observer,
+                                      self._published_hw, self.merger.kick,
+                                      retention_check_interval_ms)
+        self.merger.hooks.append(self.retention.tick)
 
     # ========================================================== state, for callers
     @property
@@ -178,6 +184,11 @@ class TransactionCoordinator:
         """The LSO of the newest stable head written: merging stays below it."""
         written = self.publisher.written
         return 0 if written is None else written.lso(topic, partition)
+
+    def _published_hw(self, topic: str, partition: int) -> int:
+        """The HW of the newest stable head written: DeleteRecords may go up to it."""
+        written = self.publisher.written
+        return 0 if written is None else written.hw(topic, partition)
 
     def open_transactions(self) -> int:
         """Transactions not Empty/Complete* (a gauge, and the idle-exit check)."""
@@ -619,6 +630,8 @@ class TransactionCoordinator:
                 or not 1 <= partitions <= topics.MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partitions must be in [1, {topics.MAX_PARTITIONS}]")
         cfg = validate_topic_config({str(k): str(v) for k, v in (config or {}).items()})
+        if name in self.state.topics_deleting:
+            raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
         meta = await self.io.call(topics.create_topic, self.storage, name, partitions, cfg)
         if (meta.partitions != partitions or dict(meta.config) != cfg) and not exist_ok:
             raise TopicAlreadyExistsError(

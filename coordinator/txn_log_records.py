@@ -47,6 +47,11 @@ OWN_KINDS: dict[str, int] = {
     "cleaned": 1012,      # objects it replaced are deleted (after the grace period)
     "swept": 1013,        # every partition was looked at for merging once (old roots)
     "group_delete": 1014,  # an operator deleted a consumer group's committed offsets
+    "log_start": 1015,    # DeleteRecords: a partition's log start offset must move (issue 14)
+    "retain": 1016,       # a log start change planned: the next manifest (log_retention.py)
+    "retained": 1017,     # its manifest is durable: dropped segments are garbage
+    "topic_config": 1018,  # a topic's configs were altered (IncrementalAlterConfigs)
+    "topic_delete": 1019,  # a topic was deleted
     "compact": 1020,      # a compaction of a partition's closed segments was planned
     "compacted": 1021,    # its cleaned segments and manifest are durable (clean_state.py)
     "kafka_client": 1030,  # a Kafka client's transactional id got its epoch (kafka_txn.py)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
@@ -15,6 +16,7 @@ from .projection import arrow_schema, check_requested_schema
 # A Spark local property (sc.setLocalProperty) that makes read tasks yield Arrow batches of
 # at most this many rows (zero-copy slices of the decoded chunks); unset or 0: whole chunks.
 BATCH_ROWS_PROPERTY = "txnlog.read.batchRows"
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,7 +100,7 @@ class TxnlogBatchReader(DataSourceReader):
                                  include_headers=self.needs_headers,
                                  snapshot=partition.snapshot)
         step = _batch_rows()
-        for chunk in reader.read(r.start, r.end):
+        for chunk in _read_range(reader, r.start, r.end, self.opts.fail_on_data_loss):
             batch = chunk.batch
             if self.filters:
                 from .pushdown import apply
@@ -112,6 +114,30 @@ class TxnlogBatchReader(DataSourceReader):
                     yield batch.slice(start, step)
             else:
                 yield batch
+
+
+def _read_range(reader: Any, start: int, end: int, fail_on_data_loss: bool) -> Iterator[Any]:
+    """``reader.read(start, end)``, with spark-sql-kafka's ``failOnDataLoss`` for records
+    deleted (retention, DeleteRecords) after the range was planned: true fails naming the
+    lost range; false logs it and goes on from the log start offset."""
+    from txnlog.log_format.errors import OffsetOutOfRangeError
+
+    from .planning import DataLossError
+
+    while start < end:
+        try:
+            for chunk in reader.read(start, end):
+                start = chunk.next_offset
+                yield chunk
+            return
+        except OffsetOutOfRangeError as exc:
+            msg = (f"{exc.topic}-{exc.partition}: offsets [{exc.offset}, "
+                   f"{min(exc.log_start, end)}) were deleted (retention or DeleteRecords) "
+                   f"before this task read them; the log start offset is {exc.log_start}")
+            if fail_on_data_loss:
+                raise DataLossError(msg + ". Set failOnDataLoss=false to skip them") from None
+            log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+            start = exc.log_start
 
 
 def _batch_rows() -> int:

@@ -211,8 +211,13 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     msg = (f"{tp[0]}-{tp[1]}: the query's offset {off} is beyond the "
                            f"partition's end {latest} (was the root replaced?)")
                     if self.opts.fail_on_data_loss:
-                        raise DataLossError(msg + "; set failOnDataLoss=false to wait for it")
-                    log.warning("%s", msg)
+                        raise DataLossError(msg + "; set failOnDataLoss=false to go on from "
+                                            "the partition's end")
+                    # Spark's Kafka source: "offset was changed ..., some data may have been
+                    # missed"; the batch ends at the partition's end and the next one starts
+                    # there (never waiting for an offset that may never come)
+                    log.warning("%s; going on from %d (failOnDataLoss=false)", msg, latest)
+                    off = latest
                 begin[tp] = off
             else:
                 begin[tp] = self._earliest(tp, latest)

@@ -8,6 +8,7 @@ fences, so polling never stalls on a log that ends with control records.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -15,13 +16,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from .errors import OffsetOutOfRangeError, TxnlogError
 from .layout import TopicPartition, validate_partition, validate_topic
 from .reader import IsolationLevel, PartitionReader, check_isolation_level
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
 from .topics import read_topic
 
-AUTO_OFFSET_RESETS = ("earliest", "latest")
+AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,10 @@ class Consumer:
         self.refresh()
         for tp in self._readers:
             if tp not in self._positions:
+                if self.auto_offset_reset == "none":
+                    raise TxnlogError(f"{tp.topic}-{tp.partition} has no starting offset and "
+                                      "auto_offset_reset is 'none' (Kafka's "
+                                      "NoOffsetForPartition)")
                 self._positions[tp] = (self._readers[tp].earliest_offset()
                                        if self.auto_offset_reset == "earliest"
                                        else self._readers[tp].latest_offset())
@@ -215,14 +222,29 @@ class Consumer:
             end = reader.bounded_end(pos + remaining)
             if pos >= end:
                 continue
-            for chunk in reader.read(pos, end):
-                out.setdefault(tp, []).append(chunk.batch)
-                remaining -= chunk.batch.num_rows
+            try:
+                for chunk in reader.read(pos, end):
+                    out.setdefault(tp, []).append(chunk.batch)
+                    remaining -= chunk.batch.num_rows
+            except OffsetOutOfRangeError as exc:
+                advanced[tp] = self._reset(tp, exc)
+                continue
             advanced[tp] = end
         # Positions move only once every read succeeded: a poll that fails part-way must not
         # skip the records it read before the failure (it returned none of them).
         self._positions.update(advanced)
         return out
+
+    def _reset(self, tp: TopicPartition, exc: OffsetOutOfRangeError) -> int:
+        """Kafka's consumer on OFFSET_OUT_OF_RANGE: ``auto_offset_reset`` "earliest" goes
+        on at the log start, "latest" at the end; "none" raises it."""
+        if self.auto_offset_reset == "none":
+            raise exc
+        reader = self._readers[tp]
+        to = exc.log_start if self.auto_offset_reset == "earliest" else reader.latest_offset()
+        log.warning("%s; resetting %s to offset %d (auto_offset_reset=%s)", exc, tp, to,
+                    self.auto_offset_reset)
+        return to
 
     def poll(self, timeout_s: float = 0.0,
              max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
@@ -239,10 +261,16 @@ class Consumer:
             pos = self._positions[tp]
             if pos >= end:
                 continue
-            for chunk in reader.read(pos, end):
-                self._positions[tp] = chunk.next_offset
-                yield tp, chunk.batch
-            self._positions[tp] = end
+            while pos < end:
+                try:
+                    for chunk in reader.read(pos, end):
+                        self._positions[tp] = pos = chunk.next_offset
+                        yield tp, chunk.batch
+                    break
+                except OffsetOutOfRangeError as exc:
+                    # deleted under the read (retention): on from the reset position
+                    self._positions[tp] = pos = self._reset(tp, exc)
+            self._positions[tp] = max(pos, end)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records up to the current end of every partition (a bounded read)."""

@@ -60,3 +60,19 @@ class InvalidTopicNameError(TxnlogError, ValueError):
     The coordinator answers it as Kafka's InvalidTopic error
     (``coordinator.errors.InvalidTopicError``, code 17; see ``validate_topic_name`` there).
     """
+
+
+class OffsetOutOfRangeError(TxnlogError, LookupError):
+    """Kafka's OFFSET_OUT_OF_RANGE: a read below the partition's log start offset (records
+    deleted by retention or DeleteRecords). Carries the partition, the offset asked for and
+    the log start offset, so a caller can name the lost range ``[offset, log_start)`` or
+    move on to the log start (Spark's ``failOnDataLoss``)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, log_start: int) -> None:
+        super().__init__(f"{topic}-{partition}: offset {offset} is below the log start offset "
+                         f"{log_start} (offsets [{offset}, {log_start}) were deleted by "
+                         "retention or DeleteRecords)")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_start = log_start

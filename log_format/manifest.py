@@ -117,8 +117,18 @@ class PartitionManifest:
     open_since_ms: int = 0
     written_ms: int = 0
     grace_ms: int = DEFAULT_GRACE_MS  # how long objects it replaced stay for readers
+    # Kafka's log start offset (issue 14): the first offset readers may read. Retention and
+    # DeleteRecords move it; it may lie inside the first object, or past the merged end
+    # (records deleted that are not merged yet). -1: the manifest's start_offset.
+    log_start_offset: int = -1
 
     def __post_init__(self) -> None:
+        if self.log_start_offset < 0:
+            object.__setattr__(self, "log_start_offset", self.start_offset)
+        if self.log_start_offset < self.start_offset:
+            raise ManifestError(f"manifest {self.topic}-{self.partition} #{self.seq}: log "
+                                f"start offset {self.log_start_offset} is below its first "
+                                f"object's {self.start_offset}")
         expect = self.start_offset
         for obj in self.objects:
             if obj.base_offset != expect:
@@ -141,6 +151,9 @@ class PartitionManifest:
             "open_since_ms": self.open_since_ms, "written_ms": self.written_ms,
             "grace_ms": self.grace_ms,
             "objects": [o.to_json() for o in self.objects],
+            # only when moved past the first object, so older manifests keep their bytes
+            **({"log_start": self.log_start_offset}
+               if self.log_start_offset != self.start_offset else {}),
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -153,7 +166,8 @@ class PartitionManifest:
                        int(obj["start"]), int(obj["end"]),
                        tuple(MergedObject.from_json(r) for r in obj["objects"]),
                        int(obj.get("open_since_ms", 0)), int(obj.get("written_ms", 0)),
-                       int(obj.get("grace_ms", DEFAULT_GRACE_MS)))
+                       int(obj.get("grace_ms", DEFAULT_GRACE_MS)),
+                       int(obj.get("log_start", -1)))
         except ManifestError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -162,11 +176,12 @@ class PartitionManifest:
 
 def new_manifest(topic: str, partition: int, seq: int, objects: list[MergedObject],
                  start_offset: int, open_since_ms: int, grace_ms: int,
-                 now_ms: int | None = None) -> PartitionManifest:
+                 now_ms: int | None = None, log_start_offset: int = -1) -> PartitionManifest:
     end = objects[-1].end_offset if objects else start_offset
     return PartitionManifest(topic, partition, seq, start_offset, end, tuple(objects),
                              open_since_ms,
-                             int(time.time() * 1000) if now_ms is None else now_ms, grace_ms)
+                             int(time.time() * 1000) if now_ms is None else now_ms, grace_ms,
+                             max(log_start_offset, start_offset))
 
 
 def read_latest_manifest(storage: Storage, topic: str, partition: int

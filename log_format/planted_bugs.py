@@ -32,6 +32,11 @@ Names and where they act:
 - ``compact_ignore_aborted``: the log cleaner's offset map takes the keys of aborted
   transactions as if committed, so an aborted write supersedes the committed value of its
   key and compaction removes that value (log_format/log_cleaner.py)
+- ``read_below_log_start``: readers read below the log start offset as if nothing were
+  deleted, skipping silently to the first object left instead of OffsetOutOfRange
+  (log_format/reader.py)
+- ``retention_deletes_kept_segment``: retention deletes, with the segments it drops, the
+  first segment the new manifest still names (coordinator/log_retention.py)
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ import os
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
-                   "delete_before_grace", "merge_above_lso", "compact_ignore_aborted"})
+                   "delete_before_grace", "merge_above_lso", "compact_ignore_aborted",
+                   "read_below_log_start", "retention_deletes_kept_segment"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

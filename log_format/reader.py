@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from .arrow_codec import AbortedFilter, decode_to_arrow, read_schema, scan_batches
 from .batch_header import CONTROL_FLAG
-from .errors import CorruptBatchError, TruncatedBatchError, TxnlogError
+from .errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError, TxnlogError
 from .indexes import (
     AbortedTxn,
     OffsetEntry,
@@ -205,11 +205,16 @@ class PartitionReader:
         return self.high_watermark()
 
     def earliest_offset(self) -> int:
-        """The log start offset: the manifest's, else the first object's (0 if empty)."""
-        segs = self.segments()
+        """Kafka's log start offset: the manifest's (retention and DeleteRecords move it),
+        else the first object's (0 if empty)."""
+        self.segments()
+        return self._log_start()
+
+    def _log_start(self) -> int:
+        """The log start offset of the listing held."""
         if self._manifest is not None:
-            return self._manifest.start_offset
-        return segs[0].base_offset if segs else 0
+            return self._manifest.log_start_offset
+        return self._segments[0].base_offset if self._segments else 0
 
     # ---- listing -----------------------------------------------------------------------
     def segments(self) -> list[Segment]:
@@ -287,7 +292,8 @@ class PartitionReader:
         instead of listing the whole tail again, which, once a LIST took longer than half
         the grace period (a slow store, a long tail), made a reader relist for ever and
         never read (found by the chaos harness: a final read at 7 offsets/s). False:
-        something moved (merged past it, a new log start, a shorter grace): list again."""
+        something moved (merged past it, a new log start — retention, DeleteRecords — or a
+        shorter grace): list again."""
         renewed_at = time.monotonic()
         first_small = next((s.base_offset for s in self._segments if not s.merged
                             and (s.end_offset is None or s.end_offset > cursor)), None)
@@ -299,6 +305,7 @@ class PartitionReader:
             if old is not None:
                 return False
         elif (man.end_offset > first_small
+              or man.log_start_offset != (old.log_start_offset if old is not None else 0)
               or (old is not None and man.start_offset != old.start_offset)
               or man.grace_ms < (old.grace_ms if old is not None else MIN_GRACE_MS)):
             return False
@@ -338,12 +345,18 @@ class PartitionReader:
         bound = self.latest_offset()
         return bound if end is None else min(end, bound)
 
-    def read(self, start: int = 0, end: int | None = None) -> Iterator[ReadChunk]:
-        """Records in `[start, end)` (end capped at LSO/HW), as non-empty Arrow batches.
+    def read(self, start: int | None = None, end: int | None = None) -> Iterator[ReadChunk]:
+        """Records in `[start, end)` (end capped at LSO/HW), as non-empty Arrow batches;
+        `start` None: the log start offset.
 
         The last chunk's `next_offset` is the capped end: the whole range was consumed, even
-        if it ends on markers, aborted batches or a fence.
+        if it ends on markers, aborted batches or a fence. A start below the log start
+        offset — asked for, or found so after objects were deleted under the read — is
+        Kafka's OffsetOutOfRange (`OffsetOutOfRangeError`), never a silent skip.
         """
+        follow = start is None  # from the earliest: follow the log start if it moves
+        if start is None:
+            start = self.earliest_offset()
         if start < 0:
             raise ValueError(f"start offset must be >= 0, got {start}")
         end = self.bounded_end(end)
@@ -359,7 +372,14 @@ class PartitionReader:
             if relist or (stale and not self._renew_listing(cursor)):
                 self._relist()
                 segs = self._segments
+            log_start = self._log_start()
+            if cursor < log_start and follow and pending is None:
+                cursor = log_start
+            if cursor < log_start and not planted_bug_enabled("read_below_log_start"):
+                raise OffsetOutOfRangeError(self.topic, self.partition, cursor, log_start)
             if not segs:
+                if log_start >= end:
+                    break  # everything up to the end was deleted (DeleteRecords at the HW)
                 raise TxnlogError(
                     f"{self.storage.url}/{self.dir}: stable snapshot says offsets up to {end} "
                     "are resolved, but the partition has no segment objects")
@@ -409,7 +429,8 @@ class PartitionReader:
         missing = 0
         while True:
             segs = self.segments()
-            if relist or time.monotonic() - self._listed_at > self._max_listing_age():
+            stale = time.monotonic() - self._listed_at > self._max_listing_age()
+            if relist or (stale and not self._renew_listing(start)):
                 self._relist()
                 segs = self._segments
             if not segs:
@@ -420,7 +441,7 @@ class PartitionReader:
                 return self._raw_pieces(self._plan(max(start, segs[0].base_offset), end),
                                         start, end, max_bytes)
             except _StaleListing:
-                relist = True
+                relist = False  # renewed through the manifest, or listed again
             except FileNotFoundError:
                 missing += 1
                 if missing >= READ_ATTEMPTS:
@@ -462,7 +483,7 @@ class PartitionReader:
                 cursor = last + 1
         return RawRead(b"".join(out), cursor)
 
-    def read_table(self, start: int = 0, end: int | None = None) -> pa.Table:
+    def read_table(self, start: int | None = None, end: int | None = None) -> pa.Table:
         batches = [c.batch for c in self.read(start, end)]
         return pa.Table.from_batches(batches, schema=read_schema(self.include_headers))
 

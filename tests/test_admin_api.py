@@ -19,8 +19,8 @@ from txnlog import (
     InvalidTxnStateError,
     TopicPartition,
     TransactionalProducer,
-    UnsupportedOperationError,
 )
+from txnlog.coordinator.errors import InvalidConfigError
 
 T0, T1 = TopicPartition("orders", 0), TopicPartition("orders", 1)
 
@@ -106,21 +106,33 @@ def test_admin_client_operations(file_root: str) -> None:
         with pytest.raises(ValueError, match="name the transaction"):
             admin.abort_transaction(topic="orders")
 
-        # configs: what the topic sets and Kafka's defaults, none honoured yet
+        # configs: what the topic sets and Kafka's defaults, and whether txnlog acts on them
         cfg = {c["name"]: c for c in admin.describe_configs("orders")}
         assert cfg["cleanup.policy"]["source"] == "TOPIC_CONFIG"
         assert cfg["retention.ms"] == {"name": "retention.ms", "value": "604800000",
-                                       "source": "DEFAULT_CONFIG", "read_only": True,
-                                       "honoured": False}
+                                       "source": "DEFAULT_CONFIG", "read_only": False,
+                                       "honoured": True}
+        # altering: validated (nothing changed when refused), then applied and described
+        with pytest.raises(InvalidConfigError, match="unknown topic config"):
+            admin.incremental_alter_configs("orders", {"retention.msec": "1"})
+        with pytest.raises(InvalidConfigError, match="must be an integer"):
+            admin.incremental_alter_configs("orders", {"retention.ms": "{\"a\": 1}"})
+        assert admin.incremental_alter_configs("orders", {"retention.bytes": "1000000"}) == {
+            **{c: cfg[c]["value"] for c in cfg if cfg[c]["source"] == "TOPIC_CONFIG"},
+            "retention.bytes": "1000000"}
+        after = {c["name"]: c for c in admin.describe_configs("orders")}
+        assert after["retention.bytes"]["value"] == "1000000"
+        assert after["retention.bytes"]["source"] == "TOPIC_CONFIG"
 
-        # refused for now, naming why; nothing changed
-        for call in (lambda: admin.delete_topics(["orders"]),
-                     lambda: admin.delete_records({T0: 2}),
-                     lambda: admin.incremental_alter_configs("orders", {"retention.ms": "1"}),
-                     lambda: admin.create_partitions("orders", 4)):
-            with pytest.raises(UnsupportedOperationError):
-                call()
-        assert admin.list_offsets({T0: "earliest"})[T0]["offset"] == 0
+        # DeleteRecords: the low watermark moves, earliest follows
+        assert admin.delete_records({T0: 2}) == {T0: 2}
+        assert admin.list_offsets({T0: "earliest"})[T0]["offset"] == 2
+
+        # partitions grow only
+        with pytest.raises(CoordinatorError, match="already has 2 partitions"):
+            admin.create_partitions("orders", 2)
+        with pytest.raises(CoordinatorError, match="higher than the requested 1"):
+            admin.create_partitions("orders", 1)
 
         # delete some of a group's offsets, then a group; both replay after a restart
         admin.alter_consumer_group_offsets("g3", {T0: 1, T1: 1})

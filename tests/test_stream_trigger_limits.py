@@ -111,3 +111,26 @@ def test_min_and_max_together(file_root: str, clock: Clock) -> None:
         r.prepareForTriggerAvailableNow()
         clock.now += 1
         assert decode(r.latestOffset(encode({("t", 0): 12}), limit)) == {("t", 0): 13}
+
+
+def test_offset_beyond_the_end_fails_or_goes_on_from_the_end(file_root: str) -> None:
+    """failOnDataLoss with a checkpointed offset beyond the partition's end (a root
+    replaced): true fails naming it; false goes on from the end (Spark's Kafka source),
+    never waiting for an offset that may never come."""
+    from txnlog.datasource.planning import DataLossError
+
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 1)
+        _produce(file_root, coord.endpoint, "a", 3)  # offsets 0-3
+        beyond = encode({("t", 0): 50})
+        with pytest.raises(DataLossError, match="beyond the partition's end 4"):
+            _reader(file_root).latestOffset(beyond, ReadAllAvailable())
+        r = _reader(file_root, failOnDataLoss="false")
+        end = r.latestOffset(beyond, ReadAllAvailable())
+        assert decode(end) == {("t", 0): 4}
+        assert r.partitions(beyond, end) == []  # nothing re-read, nothing skipped twice
+        _produce(file_root, coord.endpoint, "b", 2)
+        nxt = r.latestOffset(end, ReadAllAvailable())
+        assert decode(nxt) == {("t", 0): 7}
+        [part] = r.partitions(end, nxt)
+        assert (part.range.start, part.range.end) == (4, 7)

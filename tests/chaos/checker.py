@@ -19,6 +19,11 @@ visibility across partitions and topics through one stable snapshot):
 - ``nonmonotonic-send``: one producer's later transaction landed before an earlier one in
   a partition.
 - ``phantom-read``: a value no send produced.
+- ``read-below-log-start``: a read returned a record below the log start offset of the
+  listing it read with (retention or DeleteRecords had deleted it: Kafka's
+  OffsetOutOfRange). Records below a read's log start are deleted, not lost: ``lost-write``,
+  ``torn-transaction`` (full reads) and covered-but-empty offsets do not count them
+  (``log_start`` of each read op; the final read's for lost writes).
 - ``early-drop``: a retried EndTxn of a one-shot id (``retry`` op) was answered "unknown id"
   less than the retention period after the transaction's end was asked for: the
   coordinator dropped the id before a retry could no longer need it. Sound without clock
@@ -50,7 +55,7 @@ ANOMALIES = ("lost-write", "aborted-read", "torn-transaction", "duplicate",
              "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
              "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
              "stream-duplicate", "stream-phantom", "stream-order", "early-drop",
-             "retry-changed")
+             "retry-changed", "read-below-log-start")
 FULL_MODES = ("scan", "final", "spark")
 MAX_EXAMPLES = 5
 
@@ -160,6 +165,12 @@ def check(ops_in: Iterable[dict[str, Any]], compacted: bool = False) -> Result:
     for op in finals + polls:
         for tp, offset, value in _reads(op):
             where.setdefault(value, (tp, offset))
+    for op in ops:  # a send's own offset (known once flushed): where a value never read is
+        if op["f"] == "send" and op.get("offset") is not None:
+            where.setdefault(op["value"], (f"{op['topic']}-{op['partition']}", op["offset"]))
+        elif op["f"] == "placed":  # the offsets of a committed transaction's records
+            for value, tp, offset in op.get("at") or []:
+                where.setdefault(value, (tp, offset))
 
     gone: set[int] = set()  # values compaction may have removed
     gone_uncommitted: set[int] = set()
@@ -173,8 +184,9 @@ def check(ops_in: Iterable[dict[str, Any]], compacted: bool = False) -> Result:
     _check_bounds(res, polls)
     _check_consumers(res, polls)
     _check_torn(res, polls, txns, by_value, where, gone)
+    _check_log_start(res, polls)
     if finals:
-        _check_final(res, finals[-1], txns, gone)
+        _check_final(res, finals[-1], txns, gone, where)
         streams = [op for op in ops if op["f"] == "stream-final"]
         if streams:
             _check_stream(res, finals[-1], streams[-1])
@@ -238,6 +250,24 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
                 seen_at[value] = (tp, offset)
 
 
+def _deleted(op: dict[str, Any], loc: tuple[str, int] | None) -> bool:
+    """Whether a record at ``loc`` lies below the log start of the read ``op`` (deleted by
+    retention or DeleteRecords before the read: not there to be read)."""
+    return loc is not None and loc[1] < (op.get("log_start") or {}).get(loc[0], 0)
+
+
+def _check_log_start(res: Result, polls: list[dict[str, Any]]) -> None:
+    """read-below-log-start: a read returned a record its own listing says is deleted."""
+    for op in polls:
+        # the log start when the read began: records it returned below that were deleted
+        # before it could read them (one deleted while it read was there to be read)
+        begin = op.get("log_start_begin") or op.get("log_start") or {}
+        for tp, offset, value in _reads(op):
+            if offset < begin.get(tp, 0):
+                res.add("read-below-log-start", proc=op["proc"], mode=op.get("mode"), tp=tp,
+                        offset=offset, value=value, log_start=begin[tp])
+
+
 def _check_offsets(res: Result, polls: list[dict[str, Any]],
                    gone: AbstractSet[int] = frozenset()) -> None:
     """inconsistent-offset: two values at one offset, or a covered offset read empty
@@ -265,7 +295,8 @@ def _check_offsets(res: Result, polls: list[dict[str, Any]],
             i = bisect.bisect_left(offsets, lo)
             j = bisect.bisect_left(offsets, hi)
             missing = [o for o in offsets[i:j] if o not in got[tp]
-                       and values.get((iso, tp, o)) not in gone]
+                       and values.get((iso, tp, o)) not in gone
+                       and not _deleted(op, (tp, o))]
             if missing:
                 res.add("inconsistent-offset", isolation=iso, tp=tp, proc=op["proc"],
                         mode=op.get("mode"), range=[lo, hi], read_empty_here=missing[:10],
@@ -283,6 +314,8 @@ def _check_bounds(res: Result, polls: list[dict[str, Any]]) -> None:
         for tp, (lo, hi) in (op.get("ranges") or {}).items():
             hw, lso = bounds.get(tp, (0, 0))
             bound = lso if rc else hw
+            if hi <= (op.get("log_start") or {}).get(tp, 0):
+                continue  # reset to a log start past the bound (DeleteRecords up to the HW)
             if hi > bound and hi > lo:
                 res.add(kind, proc=op["proc"], tp=tp, range=[lo, hi], hw=hw, lso=lso,
                         snapshot=op.get("snapshot"))
@@ -339,7 +372,8 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
         for tid, vals in seen.items():
             txn = txns[tid]
             if full:
-                missing = sorted(txn.values - vals - gone)
+                missing = sorted(v for v in txn.values - vals - gone
+                                 if not _deleted(op, where.get(v)))
             elif bounds:  # incremental: the rest must lie below this snapshot's LSO
                 missing = [v for v in sorted(txn.values - vals - gone)
                            if (loc := where.get(v)) is None
@@ -361,11 +395,19 @@ def _check_torn(res: Result, polls: list[dict[str, Any]], txns: dict[str, Txn],
 
 
 def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn],
-                 gone: AbstractSet[int] = frozenset()) -> None:
-    """Lost writes, unknown outcomes resolved, and per-producer order, on the final read."""
+                 gone: AbstractSet[int] = frozenset(),
+                 where: dict[int, tuple[str, int]] | None = None) -> None:
+    """Lost writes, unknown outcomes resolved, and per-producer order, on the final read
+    (values compaction may remove, ``gone``, and records below its log start, deleted by
+    retention, are not expected there)."""
     visible: dict[int, tuple[str, int]] = {v: (tp, o) for tp, o, v in _reads(final)}
+    where = where or {}
+    deleted = 0
     for txn in txns.values():
-        vals = txn.values - gone
+        retained_away = {v for v in txn.values
+                         if v not in visible and _deleted(final, where.get(v))}
+        deleted += len(retained_away) if txn.status == "committed" else 0
+        vals = txn.values - gone - retained_away
         shown = {v for v in vals if v in visible}
         status = txn.status
         if status == "committed" and shown != vals:
@@ -374,6 +416,8 @@ def _check_final(res: Result, final: dict[str, Any], txns: dict[str, Txn],
         elif status == "unknown" and shown and shown != vals:
             res.add("torn-transaction", mode="final", txn=txn.id, status=status,
                     seen=sorted(shown)[:10], missing=sorted(vals - shown)[:10])
+    if deleted:
+        res.stats["deleted_by_retention"] = deleted
     # one producer's transactions land in order, partition by partition
     order: dict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
     for txn in txns.values():

@@ -42,6 +42,7 @@ from txnlog.coordinator.errors import InvalidProducerIdMappingError  # noqa: E40
 from txnlog.log_format.storage import Storage  # noqa: E402
 
 from . import checker, workload  # noqa: E402
+from . import retention as chaos_retention  # noqa: E402
 from .history import HistoryWriter, read_history  # noqa: E402
 from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
@@ -136,6 +137,8 @@ class Outcome:
     late_writes_tried: int = 0  # zombies resumed once their reserved names were freed
     held_scans: int = 0  # slow readers holding a listing (workload.held_scan_op)
     held_gone: int = 0  # objects deleted under them (each made the reader list again)
+    deleted_by_retention: int = 0  # committed records below the final log start (--retention)
+    delete_records: int = 0  # DeleteRecords that moved a log start (--retention)
     faults_injected: int = 0
     seconds: float = 0.0
     history: str = ""
@@ -222,8 +225,9 @@ class Scenario:
     """One fault class on one backend; every process it starts is stopped in `cleanup`."""
 
     def __init__(self, fault: str, backend: str, profile: Profile, out: Path, seed: int,
-                 s3: S3Server | None = None, unsafe: str = "") -> None:
+                 s3: S3Server | None = None, unsafe: str = "", retention: bool = False) -> None:
         self.fault = fault
+        self.retention = retention  # retention.bytes + DeleteRecords (chaos/retention.py)
         self.backend = backend
         self.profile = profile
         self.seed = seed
@@ -324,7 +328,8 @@ class Scenario:
             c = CoordinatorProc(self.root, faults=faults, log_path=self.dir / f"coord-{n}.log",
                                 extra=["--log-level", "INFO", "--heartbeat-ms", "1000",
                                        "--one-shot-id-retention-ms",
-                                       str(ONE_SHOT_RETENTION_MS), *MERGE_ARGS])
+                                       str(ONE_SHOT_RETENTION_MS), *MERGE_ARGS,
+                                       *chaos_retention.COORDINATOR_ARGS])
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -861,8 +866,13 @@ class Scenario:
         first = self.start_coordinator()
         endpoint = first.wait_healthy(60)
         client = CoordinatorClient(endpoint, timeout=30, retry_for=30)
+        retention = chaos_retention.RETENTION_CONFIG if self.retention else {}
         for topic, n in workload.TOPICS.items():
-            client.create_topic(topic, n, topic_config(), exist_ok=True)
+            client.create_topic(topic, n, {**topic_config(), **retention}, exist_ok=True)
+        if self.retention:
+            threading.Thread(target=chaos_retention.delete_records_loop, daemon=True,
+                             name="delete-records",
+                             args=(self.root, self.note, self.stop_nemesis, self.seed)).start()
         if self.spark:
             client.create_topic(OUT_TOPIC, OUT_PARTITIONS, TOPIC_CONFIG, exist_ok=True)
         self.stop_watch = threading.Event()
@@ -927,6 +937,11 @@ class Scenario:
             out.error = "no Spark job committed: the Spark run proves nothing"
         if not out.merges:
             out.error = "nothing was merged: the run proves nothing about merging"
+        if self.retention:
+            out.deleted_by_retention = res.stats.get("deleted_by_retention", 0)
+            out.delete_records = sum(1 for op in ops if op.get("what") == "delete-records")
+            if not out.deleted_by_retention and out.committed >= 20:
+                out.error = "retention deleted no committed record: the run proves nothing"
 
     def wait_spark_jobs(self, until: float) -> None:
         """Every live driver's jobs are done (its last transaction decided) before the final
@@ -1026,7 +1041,8 @@ def restart_s3(server: S3Server, down_s: float = 0.5) -> None:
 
 # ====================================================================== CLI
 def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path, seed: int,
-            unsafe: str = "", log: Callable[[str], None] = print) -> list[Outcome]:
+            unsafe: str = "", log: Callable[[str], None] = print,
+            retention: bool = False) -> list[Outcome]:
     from txnlog.log_format.warmup import warm_up
 
     warm_up()  # compile the codec once here, not in every worker inside the fault clock
@@ -1042,7 +1058,8 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
             for fault in faults:
                 if fault not in allowed:
                     continue
-                res = Scenario(fault, backend, profile, out, seed, s3, unsafe).run()
+                res = Scenario(fault, backend, profile, out, seed, s3, unsafe,
+                               retention).run()
                 results.append(res)
                 log(f"{fault:24s} {backend:4s} txns={res.txns} committed={res.committed} "
                     f"unknown={res.unknown} records={res.records} faults={res.faults_injected}"
@@ -1101,6 +1118,9 @@ def main(argv: list[str] | None = None) -> int:
                          "then report the matching anomaly")
     ap.add_argument("--compact", action="store_true",
                     help="topics with cleanup.policy=compact, compacted all the time (issue 16)")
+    ap.add_argument("--retention", action="store_true",
+                    help="retention.bytes on the chaos topics and DeleteRecords all along "
+                         "(chaos/retention.py); the checker knows each read's log start")
     ap.add_argument("--table", type=Path, nargs="+", default=None,
                     help="print the markdown table of results.json file(s) and exit")
     args = ap.parse_args(argv)
@@ -1120,7 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"chaos run: profile={profile} out={out}")
     results = run_all(faults, args.backend.split(","), profile, out, args.seed,
-                      unsafe=args.unsafe)
+                      unsafe=args.unsafe, retention=args.retention)
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     bad = [r for r in results if not r.ok]
     print(f"{len(results)} scenarios, {len(bad)} with anomalies or errors; results in {out}")

@@ -205,8 +205,34 @@ def test_every_anomaly_kind_has_a_test() -> None:
               "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
               "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
               "stream-duplicate", "stream-phantom", "stream-order", "early-drop",
-              "retry-changed"}
+              "retry-changed", "read-below-log-start"}
     assert tested == set(ANOMALIES)
+
+
+def test_records_below_the_log_start_are_deleted_not_lost() -> None:
+    """Retention deleted w1:0's records (a-0 below 2, b-0 below 2): the final read and a
+    scan with that log start are valid without them; a read returning a record below its
+    own log start is read-below-log-start; a lost record above it is still a lost write."""
+    ls = {"a-0": 2, "b-0": 2}
+    after = {"a-0": [[5, 4]], "b-0": [[2, 5]]}
+    ops = [*T1, *T2, *T3,
+           poll(after, mode="scan", proc="s1", bounds=BOUNDS,
+                ranges={"a-0": [2, 7], "b-0": [2, 4]}),
+           final(after, bounds=BOUNDS, ranges={"a-0": [2, 7], "b-0": [2, 4]})]
+    for op in ops[-2:]:
+        op["log_start"] = ls
+    assert kinds(ops) == set()
+    res = check(ops)
+    assert res.stats["deleted_by_retention"] == 2
+    # without the log start those are lost writes and a torn scan
+    bare = [dict(op, log_start=None) if op["f"] == "poll" else op for op in ops]
+    assert {"lost-write"} <= kinds(bare)
+    # a read below its own log start
+    below = [*ops, dict(poll({"a-0": [[0, 1]]}, ranges={"a-0": [0, 2]}), log_start=ls)]
+    assert "read-below-log-start" in kinds(below)
+    # above the log start nothing is excused: T3's b-0 record missing is a lost write
+    lost = [*T1, *T2, *T3, dict(final({"a-0": [[5, 4]]}, bounds=BOUNDS), log_start=ls)]
+    assert "lost-write" in kinds(lost)
 
 
 @pytest.mark.parametrize("drop", range(len(CLEAN)))

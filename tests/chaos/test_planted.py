@@ -572,3 +572,35 @@ def test_the_harness_catches_a_compaction_bug(tmp_path: Path,
                      unsafe="compact_ignore_aborted", log=print)
     assert res.error is None, res.error
     assert res.compacted and res.anomalies, res
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "read_below_log_start"])
+def test_read_below_log_start_is_caught(planted: bool, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records DeleteRecords (or retention) deleted: a reader positioned below the log start
+    gets OffsetOutOfRange and resets to it (valid, and the deleted records are not lost
+    writes); with the planted bug it reads them anyway: read-below-log-start."""
+    rec = Recorder(tmp_path)
+    root, proc = coordinator(tmp_path)
+    try:
+        a = producer(root, proc.endpoint, "A")  # type: ignore[arg-type]
+        for i in range(6):
+            a.begin_transaction()
+            rec.send(a, f"A:{i}", 10 + i, 0)
+            rec.end(a, f"A:{i}", commit=True)
+        rec.poll(Consumer(root, TOPIC))  # every record read once: the checker knows where
+        low = proc.client().delete_records({(TOPIC, 0): 5})  # inside the records, not 0
+        assert low == {(TOPIC, 0): 5}
+        if planted:
+            monkeypatch.setenv("TXNLOG_UNSAFE", "read_below_log_start")
+        rec.h.write("poll", proc="c-below", mode="poll",  # a consumer of its own
+                    **workload.poll_op(Consumer(root, assignment={(TOPIC, 0): 0}), 1000))
+        monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+        rec.final(root)
+    finally:
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "read-below-log-start" in found, found
+    else:
+        assert found == {}

@@ -215,6 +215,7 @@ class ProducerWorker:
         abort = rng.random() < self.args.abort_p
         t0 = time.time()
         stage = "send"
+        sent: list[tuple[int, Any]] = []
         try:
             producer.begin_transaction()
             half = max(1, len(parts) // 2)
@@ -225,7 +226,8 @@ class ProducerWorker:
                     # recorded before it is sent: a SIGKILL must not leave unknown values
                     self.hist.write("send", txn=txn, topic=topic, partition=p, key=key,
                                     value=value, t0=time.time())
-                    producer.send(topic, str(value).encode(), key=key.encode(), partition=p)
+                    sent.append((value, producer.send(topic, str(value).encode(),
+                                                      key=key.encode(), partition=p)))
                 if i + 1 == half and (abort or rng.random() < 0.5):
                     zombie = bool(self.args.zombie_p) and rng.random() < self.args.zombie_p
                     late = zombie and rng.random() < self.args.late_write_p
@@ -244,6 +246,12 @@ class ProducerWorker:
                 producer.commit_transaction()
             self.hist.write(stage, txn=txn, outcome="ok", t0=t0)
             self.hist_last_end = (stage, "ok")
+            if not abort:  # where each value landed: a record deleted by retention before
+                # any read saw it is still placed (checker: deleted, not lost)
+                with contextlib.suppress(Exception):
+                    at = [[v, tp_key(m.topic, m.partition), m.offset]
+                          for v, f in sent if (m := f.result(timeout=0)) is not None]
+                    self.hist.write("placed", txn=txn, at=at)
         except Exception as exc:
             self.hist_last_end = None
             outcome = classify(exc)
@@ -266,13 +274,20 @@ class ProducerWorker:
 def poll_op(c: Consumer, max_records: int) -> dict[str, Any]:
     """One poll of an incremental consumer, with what it covered and the snapshot it used."""
     before = {tp: c.position(tp) for tp in c.assignment()}
+    begin = log_starts(c)
     t0 = time.time()
     try:
         out = c.poll_arrow(0.0, max_records)
         outcome, error = "ok", None
     except Exception as exc:
         out, outcome, error = {}, "fail", err(exc)
-    return _read_op(c, before, out, t0, outcome, error)
+    return {**_read_op(c, before, out, t0, outcome, error), "log_start_begin": begin}
+
+
+def log_starts(c: Consumer) -> dict[str, int]:
+    """Each assigned partition's log start offset now (a listing of its own)."""
+    return {tp_key(tp.topic, tp.partition): c._readers[tp].earliest_offset()
+            for tp in c.assignment()}
 
 
 def _read_op(c: Consumer, before: dict[Any, int], out: dict[Any, list[Any]], t0: float,
@@ -291,6 +306,9 @@ def _read_op(c: Consumer, before: dict[Any, int], out: dict[Any, list[Any]], t0:
                        for tp in c.assignment()} if snap else {},
             "ranges": {tp_key(tp.topic, tp.partition): [before[tp], c.position(tp)]
                        for tp in c.assignment()},
+            # the log start offset of the listing the read used (retention, issue 14)
+            "log_start": {tp_key(tp.topic, tp.partition): c._readers[tp]._log_start()
+                          for tp in c.assignment()},
             "reads": reads}
 
 
@@ -299,10 +317,11 @@ def scan_op(root: str, isolation: str) -> dict[str, Any]:
     t0 = time.time()
     c = Consumer(root, list(TOPICS), isolation_level=isolation)  # type: ignore[arg-type]
     before = {tp: c.position(tp) for tp in c.assignment()}
+    begin = log_starts(c)
     out: dict[Any, list[Any]] = {}
     for tp, batch in c.iter_batches():
         out.setdefault(tp, []).append(batch)
-    return _read_op(c, before, out, t0, "ok", None)
+    return {**_read_op(c, before, out, t0, "ok", None), "log_start_begin": begin}
 
 
 class _CountingStorage:
