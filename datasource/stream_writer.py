@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .options import WriteOptions
-from .routing import check_write_schema
+from .schema import check_write_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
