@@ -42,7 +42,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+# CPU of a query: the bench process and its descendants (JVM, Python workers, coordinator,
+# S3 server), as bench/spark_rw.py counts it; other agents' processes never count.
+CPU_MARKER = "txnlog-bench-streaming-cpu"
 PIPELINES = ("txnlog>txnlog", "txnlog>noop", "parquet>parquet", "parquet>txnlog")
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 KV = ("CAST(lpad(CAST(id % 100000 AS STRING), 16, '0') AS BINARY) AS key",
@@ -97,10 +101,15 @@ def run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
         w, target = w.format("noop"), None
     else:
         w, target = w.format("parquet"), str(inp.work / f"out-{name}.parquet")
+    from spark_rw import _run_cpu
+
+    cpu0 = _run_cpu(os.getpid(), CPU_MARKER)
     t0 = time.perf_counter()
     q = w.start(target) if target else w.start()
     q.awaitTermination()
     wall = time.perf_counter() - t0
+    cpu1 = _run_cpu(os.getpid(), CPU_MARKER)
+    cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     if len(progress) < 2:
         raise RuntimeError(f"{pipeline}: {len(progress)} micro-batches (raise --batches)")
@@ -108,7 +117,7 @@ def run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
     rows = sum(p["numInputRows"] for p in progress)
     phases = {ph: statistics.median(p["durationMs"].get(ph, 0) for p in progress)
               for ph in PHASES}
-    return {"records": rows, "batches": len(progress), "wall_s": wall,
+    return {"records": rows, "batches": len(progress), "wall_s": wall, "cpu_s": cpu,
             "records_per_s": rows / (sum(trig) / 1000), "batch_ms": statistics.median(trig),
             "phases": phases, "load": load()}
 
@@ -155,6 +164,7 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
                     print(f"# {root_name} round {r + 1} {pipeline:<16} {size:>7,}/trigger: "
                           f"{res['records_per_s']:>10,.0f} rec/s, batch p50 "
                           f"{res['batch_ms']:>6.0f} ms, wall {res['wall_s']:5.1f} s, "
+                          f"cpu {res['cpu_s']:5.1f} s, "
                           f"load {res['load']:.1f}", file=sys.stderr, flush=True)
         return out
     finally:
@@ -188,6 +198,8 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
             "root": root, "per_trigger": size, "pipeline": pipeline,
             "first_records_per_s": first["records_per_s"] if first else float("nan"),
             "first_wall_s": first["wall_s"] if first else float("nan"),
+            "first_cpu_s": first["cpu_s"] if first else float("nan"),
+            "cpu_s": statistics.median(x["cpu_s"] for x in steady),
             "records_per_s": statistics.median(x["records_per_s"] for x in steady),
             "batch_ms": statistics.median(x["batch_ms"] for x in steady),
             "wall_s": statistics.median(x["wall_s"] for x in steady),
@@ -196,6 +208,7 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
             "load": statistics.median(x["load"] for x in steady),
         }
         row["first_extra_s"] = row["first_wall_s"] - row["wall_s"]
+        row["first_extra_cpu_s"] = row["first_cpu_s"] - row["cpu_s"]
         for ph in PHASES:
             row[f"{ph}_ms"] = statistics.median(x["phases"][ph] for x in steady)
         rows.append(row)
@@ -261,15 +274,17 @@ def main() -> None:
           f"cpus={os.cpu_count()}, {args.rounds} rounds (1 = first query, then steady: "
           f"medians); load {load_start[0]:.1f} at start, {load():.1f} at end")
     print("| root | per trigger | pipeline | steady rec/s | vs parquet>parquet | batch p50 ms |"
-          " vs parquet>parquet | first rec/s | first wall s | steady wall s | first extra s |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          " vs parquet>parquet | first rec/s | wall s: first / steady (extra) |"
+          " CPU s: first / steady (extra) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         tp = r["vs_parquet_records_per_s"]
         lat = r["vs_parquet_batch_ms"]
         print(f"| {r['root']} | {r['per_trigger']:,} | {r['pipeline']} | "
               f"{r['records_per_s']:,.0f} | {tp:.2f}x | {r['batch_ms']:.0f} | {lat:.2f}x | "
-              f"{r['first_records_per_s']:,.0f} | {r['first_wall_s']:.1f} | "
-              f"{r['wall_s']:.1f} | {r['first_extra_s']:+.1f} |")
+              f"{r['first_records_per_s']:,.0f} | {r['first_wall_s']:.1f} / "
+              f"{r['wall_s']:.1f} ({r['first_extra_s']:+.1f}) | {r['first_cpu_s']:.1f} / "
+              f"{r['cpu_s']:.1f} ({r['first_extra_cpu_s']:+.1f}) |")
     if args.profile:
         print("\nWhere a micro-batch's time goes (Spark's durationMs, ms, steady medians):")
         print("| root | per trigger | pipeline | " + " | ".join(PHASES) + " |")

@@ -31,6 +31,9 @@ class TxnlogInputPartition(InputPartition):
 
     range: OffsetRange
     snapshot: StableSnapshot | None
+    # A stream's range, planned without listing the partition: the task checks that its
+    # first offset still exists (failOnDataLoss), as Spark's Kafka source does in executors.
+    check_start: bool = False
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, self.range)
@@ -98,7 +101,8 @@ class TxnlogBatchReader(DataSourceReader):
                                  include_headers=self.needs_headers,
                                  snapshot=partition.snapshot)
         step = _batch_rows()
-        for chunk in reader.read(r.start, r.end):
+        start = self._checked_start(reader, r) if partition.check_start else r.start
+        for chunk in reader.read(start, r.end):
             batch = chunk.batch
             if self.filters:
                 from .pushdown import apply
@@ -112,6 +116,25 @@ class TxnlogBatchReader(DataSourceReader):
                     yield batch.slice(start, step)
             else:
                 yield batch
+
+
+    def _checked_start(self, reader: object, r: OffsetRange) -> int:
+        """A stream range's start, unless its first offsets are gone (before the log start:
+        deleted by retention): then fail the task (failOnDataLoss=true, the default) or skip
+        them with a warning."""
+        import logging
+
+        from .planning import DataLossError
+
+        earliest = reader.earliest_offset()  # type: ignore[attr-defined]
+        if r.start >= earliest:
+            return r.start
+        msg = (f"{r.topic}-{r.partition}: offsets [{r.start}, {min(earliest, r.end)}) are "
+               "gone (before the log start)")
+        if self.opts.fail_on_data_loss:
+            raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+        logging.getLogger(__name__).warning("%s; skipping them (failOnDataLoss=false)", msg)
+        return min(earliest, r.end)
 
 
 def _batch_rows() -> int:
