@@ -23,6 +23,7 @@ from coordinator_proc import CoordinatorProc
 from test_stream_trigger_limits import _reader
 from txnlog import TransactionalProducer
 from txnlog.datasource.planning import DataLossError
+from txnlog.datasource.stream_offsets import decode
 from txnlog.log_format.storage import Storage
 
 
@@ -98,3 +99,34 @@ def test_a_task_finds_offsets_gone_before_its_range(file_root: str,
             batches = list(r.read(parts[0]))
             offsets = [o for b in batches for o in b.column("offset").to_pylist()]
             assert offsets and min(offsets) >= first_kept
+
+
+def test_group_offsets_commit_off_the_micro_batch_path(file_root: str) -> None:
+    """``commit(end)`` with ``groupId`` and another sink: Spark waits for it between batches,
+    so it hands the commit to a thread and returns even while the coordinator does not
+    answer (here: stopped with SIGSTOP); the offsets land once it answers again, the newest
+    ``end`` superseding one not yet committed."""
+    import pickle
+    import signal
+
+    with CoordinatorProc(file_root) as coord:
+        client = coord.client()
+        client.create_topic("t", 2)
+        _produce(file_root, coord.endpoint, 3, 10)
+        r = _reader(file_root, groupId="g", maxOffsetsPerTrigger="10",
+                    coordinator=coord.endpoint)
+        start = r.initialOffset()
+        first = r.latestOffset(start, ReadMaxRows(10))
+        second = r.latestOffset(first, ReadMaxRows(10))
+        assert start != first != second
+        os.kill(coord.pid, signal.SIGSTOP)
+        try:
+            r.commit(first)   # returns at once: nothing waits for the stopped coordinator
+            r.commit(second)
+            assert not r.flush_group_commits(timeout=0.5)
+            pickle.dumps(r)  # the reader still pickles (the thread is the process's own)
+        finally:
+            os.kill(coord.pid, signal.SIGCONT)
+        assert r.flush_group_commits(timeout=120)
+        want = {tp: off for tp, off in decode(second).items()}
+        assert client.committed_offsets("g") == want
