@@ -5,17 +5,21 @@ timestamp, a signature the cache never saw), the worker's first task would compi
 seconds. The session fixture (conftest) ran ``warm_up()``; here new interpreters run the
 calls Spark's tasks make — the task writer's routing and encoding into its aligned buffers,
 a decode of a segment memory-mapped from storage, as ``PartitionReader`` reads, the planning code
-— and count numba's cache misses (each one is a compilation). Also: the driver-side
+— and count numba's cache misses (each one is a compilation), and check that the loads
+skipped numba's whole-target refresh (``kernel_loading``). Also: the driver-side
 processes of a stream (the source's planner, the sink's commit) import no numba at all.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 # What a Spark write task and a read task do, in miniature (no Spark, no coordinator: the
 # kernels see the same argument types).
@@ -49,7 +53,8 @@ WORKLOAD = textwrap.dedent("""
     assert isinstance(view, memoryview), type(view)
     got = decode_to_arrow(view, topic="t", partition=0, start_offset=0, end_offset=n,
                           aborted=AbortedFilter([])).batch.num_rows
-    print(json.dumps({"rows": got, "expected": len(rows), "kernels": kernel_cache_stats()}))
+    print(json.dumps({"rows": got, "expected": len(rows), "kernels": kernel_cache_stats(),
+                      "full_refresh": "numba.np.linalg" in sys.modules}))
 """)
 
 
@@ -69,6 +74,9 @@ def test_a_fresh_process_compiles_no_kernel(tmp_path: Path) -> None:
                 "_encode_kernels.encode", "partitioner._partitions"} <= set(called), called
         missed = {k: v["misses"] for k, v in called.items() if v["misses"]}
         assert not missed, f"process {i}: compiled (cache missed) {missed}"
+        # Loaded without numba's whole-target refresh (kernel_loading): its lowering
+        # registries (numba.np.linalg, which imports SciPy, ...) were never imported.
+        assert not out["full_refresh"]
 
 
 def test_warm_up_loads_every_kernel_from_the_cache() -> None:
@@ -90,3 +98,25 @@ def test_stream_driver_processes_import_no_numba() -> None:
             "print(sorted(m for m in ('numba', 'pyarrow.compute', 'fsspec') "
             "if m in sys.modules))")
     assert _run(code) == "[]"
+
+
+@pytest.mark.slow
+def test_warm_up_covers_every_signature_a_task_calls(tmp_path: Path) -> None:
+    """From an empty cache: ``warm_up()`` in one process, then the tasks' calls in a fresh one
+    must not compile anything. (The default tests above run against the shared cache, where
+    an earlier test may already have compiled what warm_up missed: here nothing has.) Found
+    this way: multi-batch decodes passed strided index columns, a signature warm_up's
+    one-batch decode never compiled, so every fresh cache cost the first read task a
+    compilation of decode_records (seconds)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    warm = subprocess.run([sys.executable, "-c", "from txnlog.log_format.warmup import "
+                           "warm_up; warm_up()"], env=env, capture_output=True, text=True,
+                          timeout=1800)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-c", WORKLOAD, (tmp_path / "root").as_uri()],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    missed = {k: v["misses"] for k, v in out["kernels"].items() if v["misses"]}
+    assert not missed, f"warm_up did not compile what tasks call: {missed}"
+    assert all(str(tmp_path) in v["cache_path"] for v in out["kernels"].values())
