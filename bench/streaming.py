@@ -80,6 +80,21 @@ class Inputs:
 
 
 def run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
+    """One query; run again (with fresh names) if Spark gave up on a Python worker starting:
+    on an overloaded machine a fresh worker can miss the JVM's fixed connect-back timeout
+    (``Python worker failed to connect back``), which says nothing about the pipeline."""
+    for attempt in range(3):
+        try:
+            return _run_query(spark, pipeline, inp)
+        except Exception as exc:
+            if "connect back" not in str(exc) or attempt == 2:
+                raise
+            print(f"# {pipeline}: a Python worker missed Spark's connect-back timeout "
+                  f"(load {load():.1f}); running the query again", file=sys.stderr, flush=True)
+    raise AssertionError("unreachable")
+
+
+def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
     name = inp.fresh()
     ckpt = str(inp.work / f"ckpt-{pipeline.replace('>', '-')}-{name}")
     src, sink = pipeline.split(">")
