@@ -76,6 +76,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="runs of each side (>= 1)")
     ap.add_argument("--metric", action="append", required=True,
                     help="numeric row field to compare (repeatable)")
+    ap.add_argument("--script-from-working-tree", action="store_true",
+                    help="run the working tree's bench script on both sides (a reworked "
+                         "bench measuring the old code), not the revision's own copy")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="compile each side's numba kernels (warm_up) before the rounds, so "
+                         "no round pays a compilation (the revision's tree is a fresh "
+                         "checkout with an empty cache)")
     ap.add_argument("bench", nargs=argparse.REMAINDER,
                     help="-- SCRIPT [ARGS]: a script in bench/ and its arguments")
     args = ap.parse_args()
@@ -96,7 +103,8 @@ def main() -> int:
                     sha], check=True)
     try:
         tree = _import_tree(worktree, tmp / "imports")
-        sides = {"before": (worktree / "bench" / script_name, str(tree)),
+        before_script = (REPO if args.script_from_working_tree else worktree) / "bench"
+        sides = {"before": (before_script / script_name, str(tree)),
                  "after": (REPO / "bench" / script_name, None)}
         for side, (script, _) in sides.items():
             if not script.is_file():
@@ -104,6 +112,15 @@ def main() -> int:
         print(f"# A/B of bench/{script_name} {' '.join(script_args)}: before = {sha[:10]}, "
               f"after = working tree; {args.rounds} rounds, {os.cpu_count()} cpus, "
               f"load at start {os.getloadavg()}", flush=True)
+        if args.warm_up:
+            for side, (_, pp) in sides.items():
+                env = dict(os.environ)
+                if pp is not None:
+                    env["PYTHONPATH"] = pp + (os.pathsep + env["PYTHONPATH"]
+                                              if env.get("PYTHONPATH") else "")
+                subprocess.run([sys.executable, "-c", "from txnlog.log_format.warmup import "
+                                "warm_up; warm_up()"], env=env, check=True)
+                print(f"# {side}: kernels warmed up", flush=True)
         results: dict[str, list[list[dict]]] = {"before": [], "after": []}
         for i in range(args.rounds):
             order = ["before", "after"] if i % 2 else ["after", "before"]

@@ -33,6 +33,9 @@ class TxnlogInputPartition(InputPartition):
 
     range: OffsetRange
     snapshot: StableSnapshot | None
+    # A stream's range, planned without listing the partition: the task checks that its
+    # first offset still exists (failOnDataLoss), as Spark's Kafka source does in executors.
+    check_start: bool = False
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, self.range)

@@ -19,7 +19,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from txnlog.log_format.retry import RetriesExhausted, RetryPolicy, retry_call
 
 from .options import InvalidOptionError, WriteOptions
-from .routing import check_write_schema
+from .schema import check_write_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa

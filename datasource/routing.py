@@ -25,57 +25,8 @@ from .options import InvalidOptionError
 # Arrow types a write column may have (Spark hands the session time zone to timestamps).
 VALUE_TYPES = (pa.binary(), pa.string(), pa.large_binary(), pa.large_string())
 RECORD_COLUMNS = ("key", "value", "headers", "timestamp")
-ALL_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
 # Up to this many partitions (one topic), rows are grouped by one scan per partition.
 SCAN_GROUPS = 64
-
-
-def check_write_schema(schema: pa.Schema | object, topic_option: str | None) -> None:
-    """Refuse a DataFrame a txnlog write cannot take, naming the column and the fix.
-
-    Accepts a pyarrow schema or a Spark StructType (by field names and simple strings).
-    """
-    if isinstance(schema, pa.Schema):
-        fields = {f.name: str(f.type) for f in schema}
-        kinds = {
-            "key": ("binary", "string", "large_binary", "large_string"),
-            "value": ("binary", "string", "large_binary", "large_string"),
-            "topic": ("string", "large_string"),
-            "partition": ("int32", "int64", "int16", "int8"),
-        }
-    else:
-        fields = {f.name: f.dataType.simpleString() for f in schema.fields}  # type: ignore[attr-defined]
-        kinds = {
-            "key": ("binary", "string"),
-            "value": ("binary", "string"),
-            "topic": ("string",),
-            "partition": ("int", "bigint", "smallint", "tinyint"),
-        }
-    unknown = [n for n in fields if n not in ALL_COLUMNS]
-    if unknown:
-        raise InvalidOptionError(
-            f"txnlog cannot write column(s) {', '.join(map(repr, unknown))}: a write takes "
-            "value (required), key, topic, partition, headers and timestamp; select() or "
-            "to_json(struct(...)) the rest into value")
-    if "value" not in fields:
-        raise InvalidOptionError(
-            "a txnlog write needs a 'value' column (string or binary), e.g. "
-            "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')")
-    for name, allowed in kinds.items():
-        if name in fields and fields[name] not in allowed:
-            raise InvalidOptionError(
-                f"column {name!r} is {fields[name]}; txnlog needs one of {', '.join(allowed)}")
-    if "timestamp" in fields and not fields["timestamp"].startswith("timestamp"):
-        raise InvalidOptionError(f"column 'timestamp' is {fields['timestamp']}; it must be a "
-                                 "timestamp")
-    if "headers" in fields and not fields["headers"].replace(" ", "").startswith(
-            ("array<struct<key:string,value:binary>>", "list<")):
-        raise InvalidOptionError(
-            f"column 'headers' is {fields['headers']}; it must be "
-            "array<struct<key: string, value: binary>>")
-    if topic_option is None and "topic" not in fields:
-        raise InvalidOptionError(
-            "no topic to write to: set option('topic', name) or add a 'topic' column")
 
 
 @dataclass

@@ -253,31 +253,42 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """The batch's tasks: no storage request for partitions the query already reads.
+
+        Spark calls this right after ``latestOffset``, whose snapshot covers ``end``; only a
+        replayed batch (after a restart) may need a newer one. Whether a range's first
+        offsets still exist is checked by its task, which lists the partition anyway (as
+        Spark's Kafka source leaves data loss to its executors' fetches): per batch that
+        saves a manifest LIST and a partition LIST for every partition, 8 of the 15
+        requests of a 4-partition batch. Partitions new to the query start at their log
+        start, which is listed here (once)."""
         from .batch_reader import TxnlogInputPartition
 
         begin, stop = stream_offsets.decode(start), stream_offsets.decode(end)
         if begin == stop:
             return []
-        self._refresh()
+        if not self._covers(stop):
+            self._refresh()
         ranges = []
         for tp, e in stop.items():
             s = begin.get(tp)
-            earliest = self._earliest(tp, e)
             if s is None:
-                s = earliest
-            elif s < earliest:
-                msg = (f"{tp[0]}-{tp[1]}: offsets [{s}, {earliest}) are gone (before the "
-                       "log start)")
-                if self.opts.fail_on_data_loss:
-                    raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
-                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
-                s = earliest
+                s = self._earliest(tp, e)
             if e > s:
                 ranges.append(OffsetRange(tp[0], tp[1], s, e))
         pieces = split_ranges(ranges, self.opts.min_partitions,
                               self.opts.max_records_per_partition)
-        return [TxnlogInputPartition(r, partition_snapshot(self._snapshot, r.topic, r.partition))
+        return [TxnlogInputPartition(r, partition_snapshot(self._snapshot, r.topic, r.partition),
+                                     check_start=True)
                 for r in pieces]
+
+    def _covers(self, end: Mapping[TopicPartition, int]) -> bool:
+        """Whether the snapshot held bounds every partition at or past ``end``."""
+        snap = self._snapshot
+        if snap is None:
+            return False
+        bound = snap.lso if self.opts.read_committed else snap.hw
+        return all(bound(t, p) >= off for (t, p), off in end.items())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The batch reader's read path is stateless per partition: reuse it as is.
@@ -287,11 +298,34 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """With ``groupId``: commit the group's offsets unless a txnlog sink already did
-        (inside its transaction, in step with the output); never moves them backwards."""
+        (inside its transaction, in step with the output); never moves them backwards.
+
+        Spark calls this between micro-batches (``end`` of the batch before, while writing
+        the next batch's offsets) and waits for it: the check (a coordinator round trip)
+        and, with another sink, a whole transaction would delay every batch. So a thread
+        of this long-lived process does it; the newest ``end`` supersedes one not yet
+        committed (offsets only grow). A commit still in flight when the query stops is
+        redone by the next run's first commit, as a failed one is by the next batch's."""
         if not self.opts.group_id:
             return
+        committer = self.__dict__.get("_group_committer")
+        if committer is None:
+            committer = self._group_committer = _GroupCommitter(self)
+        committer.submit(stream_offsets.decode(end))
+
+    def flush_group_commits(self, timeout: float = 60.0) -> bool:
+        """Wait until the group commits submitted so far are done (tests, shutdown)."""
+        committer = self.__dict__.get("_group_committer")
+        return committer is None or committer.flush(timeout)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_group_committer", None)  # a thread of the driver-side process only
+        return state
+
+    def _commit_group_now(self, end: dict[TopicPartition, int]) -> None:
         try:
-            self._commit_group(stream_offsets.decode(end))
+            self._commit_group(end)
         except Exception as exc:  # progress reporting must not stop the query; retried
             self._group_producer = None
             log.warning("txnlog source: committing group %r offsets failed (retried with "
@@ -319,3 +353,46 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client.add_offsets(tid, pid, epoch, group, behind)
         result = client.end_txn(tid, pid, epoch, commit=True)
         self._group_producer = (result["producer_id"], result["epoch"])
+
+
+class _GroupCommitter:
+    """One background thread committing a stream source's group offsets, newest first."""
+
+    def __init__(self, reader: TxnlogStreamReader) -> None:
+        import threading
+
+        self._reader = reader
+        self._cond = threading.Condition()
+        self._pending: dict[TopicPartition, int] | None = None
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="txnlog-group-commit")
+        self._thread.start()
+
+    def submit(self, end: dict[TopicPartition, int]) -> None:
+        with self._cond:
+            self._pending = end
+            self._cond.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending is not None or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None:
+                    self._cond.wait()
+                end, self._pending, self._busy = self._pending, None, True
+            try:
+                self._reader._commit_group_now(end)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()

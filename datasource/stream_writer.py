@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .options import WriteOptions
-from .routing import check_write_schema
+from .schema import check_write_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,6 +51,8 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 TEST_DIR_ENV = "TXNLOG_STREAM_TEST_DIR"
 TEST_PAUSE_ENV = "TXNLOG_STREAM_TEST_PAUSE"
+# (root, topic, partitions option) whose topic this process found or created.
+_TOPICS_CHECKED: set[tuple[str, str | None, int | None]] = set()
 
 
 def sink_transactional_id(opts: WriteOptions, query_id: str) -> str:
@@ -91,14 +93,18 @@ class TxnlogStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
         client = coordinator_client(opts)
         self.endpoint = client.endpoint
-        if opts.topic is not None:
-            # Rebuilt every batch: only go to the coordinator when the topic is missing.
+        key = (opts.root, opts.topic, opts.partitions)
+        if opts.topic is not None and key not in _TOPICS_CHECKED:
+            # Rebuilt twice every batch (for the tasks and for the commit), in reused planner
+            # processes: read the topic once per process, go to the coordinator only when
+            # it is missing. (A topic deleted later fails the batch's tasks.)
             try:
                 meta = read_topic(Storage.for_url(opts.root, opts.storage_options), opts.topic)
                 if opts.partitions is not None and meta.partitions != opts.partitions:
                     ensure_topic(client, opts)  # raises the clear mismatch error
             except UnknownTopicError:
                 ensure_topic(client, opts)
+            _TOPICS_CHECKED.add(key)
 
     def _client(self) -> CoordinatorClient:
         """Tasks and commit() alike use the endpoint resolved when the writer was built on

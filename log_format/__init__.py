@@ -15,7 +15,8 @@ benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte.
 - ``consumer_offsets``: the ``__consumer_offsets`` records and partition choice
 - ``arrow_codec`` (over ``arrow_scan``, ``arrow_decode``, ``arrow_encode`` and the numba
   kernels ``_decode_kernels``, ``_encode_kernels``): the native-speed Arrow paths
-- ``warmup``: compile the kernels ahead of first use
+- ``warmup``: compile the kernels ahead of first use; ``kernel_loading``: load them from
+  numba's cache without numba's whole-target set-up
 - ``dump``: kafka-dump-log's output (``txnlog dump``)
 
 **The place**: where the bytes live under a root URL and how they are found again.

@@ -84,7 +84,7 @@ def decode_to_arrow(data: Any, *, topic: str, partition: int, start_offset: int 
     records, starts, ends = _record_regions(buf, batches, source)
     scratch = records if isinstance(records, _Records) else None
     if scratch is not None:
-        records = scratch.buf[:scratch.size]
+        records = as_u8(scratch.buf[:scratch.size])  # read-only: the kernels' one signature
     counts = batches["records_count"].astype(np.int64)
     n_cap = int(counts.sum())
     data_cap = int((ends - starts).sum())
@@ -94,8 +94,13 @@ def decode_to_arrow(data: Any, *, topic: str, partition: int, start_offset: int 
             "offset range")
     log_append = ((batches["attributes"] & TIMESTAMP_TYPE_MASK) != 0).astype(np.uint8)
     cols = _Columns.take(n_cap, data_cap, include_headers)
-    out = K.decode_records(records, starts, ends, batches["base_offset"],
-                           batches["base_timestamp"], batches["max_timestamp"], log_append,
+    # Fields of the structured index are strided views, except when there is one batch: as
+    # is, the kernel's argument types (and numba's compilation and cache entry) would differ
+    # between one batch and many. Contiguous copies (one value per batch) give one signature.
+    out = K.decode_records(records, starts, ends,
+                           np.ascontiguousarray(batches["base_offset"]),
+                           np.ascontiguousarray(batches["base_timestamp"]),
+                           np.ascontiguousarray(batches["max_timestamp"]), log_append,
                            counts, start_offset, end_offset, include_headers, *cols.buffers())
     status, eb, epos = out[0], out[1], out[2]
     if status != K.OK:

@@ -58,10 +58,19 @@ _KERNEL_MESSAGES = {
 
 
 def as_u8(data: Any) -> np.ndarray:
-    """A zero-copy uint8 view of bytes, bytearray, memoryview, numpy or pyarrow buffers."""
-    if isinstance(data, np.ndarray):
-        return data.view(np.uint8).reshape(-1)
-    return np.frombuffer(data, dtype=np.uint8)
+    """A zero-copy, read-only uint8 view of bytes, bytearray, memoryview, numpy or pyarrow
+    buffers.
+
+    Read-only whatever the input, because numba compiles (and caches) a kernel per argument
+    type and writability is part of the type: a ``bytearray`` or a decompression buffer would
+    otherwise need a second compilation that ``warm_up`` never made, paid by the first such
+    call of every fresh process (a Spark worker's first task)."""
+    arr = (data.view(np.uint8).reshape(-1) if isinstance(data, np.ndarray)
+           else np.frombuffer(data, dtype=np.uint8))
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
 
 
 def kernel_message(status: int) -> str:

@@ -25,11 +25,11 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from .arrow_codec import AbortedFilter, decode_to_arrow, read_schema, scan_batches
 from .batch_header import CONTROL_FLAG
 from .errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError, TxnlogError
 from .indexes import (
@@ -56,6 +56,18 @@ from .manifest import MIN_GRACE_MS, PartitionManifest, read_latest_manifest
 from .planted_bugs import enabled as planted_bug_enabled
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
+
+if TYPE_CHECKING:
+    from .arrow_codec import AbortedFilter
+
+
+def _codec() -> ModuleType:
+    """The compiled codec (numba, its kernels), loaded on the first decode: the driver-side
+    planning that only lists objects and reads offsets (a stream's latestOffset and
+    partitions) never pays for it."""
+    from . import arrow_codec
+
+    return arrow_codec
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
@@ -388,7 +400,7 @@ class PartitionReader:
             before = cursor
             try:
                 if self.isolation_level == "read_committed":
-                    aborted = AbortedFilter(self.aborted_transactions(cursor, end))
+                    aborted = _codec().AbortedFilter(self.aborted_transactions(cursor, end))
                 for chunk in self._decode_pieces(self._plan(cursor, end), cursor, end,
                                                  aborted):
                     if pending is not None:
@@ -466,7 +478,7 @@ class PartitionReader:
             carry = bytes(buf[cut:])
             if cut == 0:
                 continue
-            index = scan_batches(buf[:cut], source=source, verify_crc=False)
+            index = _codec().scan_batches(buf[:cut], source=source, verify_crc=False)
             for row in index:
                 base = int(row["base_offset"])
                 last = base + int(row["last_offset_delta"])
@@ -485,7 +497,7 @@ class PartitionReader:
 
     def read_table(self, start: int | None = None, end: int | None = None) -> pa.Table:
         batches = [c.batch for c in self.read(start, end)]
-        return pa.Table.from_batches(batches, schema=read_schema(self.include_headers))
+        return pa.Table.from_batches(batches, schema=_codec().read_schema(self.include_headers))
 
     def _plan(self, start: int, end: int) -> Iterator[_Piece]:
         first = self._first_segment(start)
@@ -542,6 +554,7 @@ class PartitionReader:
                 window.append((piece, pool.submit(self.storage.get_view, piece.segment.path,
                                                   piece.start, piece.end)))
 
+        decode_to_arrow = _codec().decode_to_arrow
         carry = b""
         cursor = start
         try:
@@ -609,18 +622,20 @@ class PartitionReader:
             start_at = lookup_timestamp(entries, ts, seg.base_offset).offset
         else:
             start_at = seg.base_offset
+        codec = _codec()
         data = self.storage.get(seg.path)
         source = f"{self.storage.url}/{seg.path}"
-        index = scan_batches(data, source=source, verify_crc=False)
+        index = codec.scan_batches(data, source=source, verify_crc=False)
         last = index["base_offset"] + index["last_offset_delta"]
         rows = ((index["max_timestamp"] >= ts) & (last >= start_at)
                 & (index["base_offset"] < bound) & ((index["attributes"] & CONTROL_FLAG) == 0)
                 & (index["records_count"] > 0))
         for row in index[rows]:
             pos, size = int(row["position"]), int(row["size"])
-            res = decode_to_arrow(memoryview(data)[pos:pos + size], topic=self.topic,
-                                  partition=self.partition, start_offset=start_at,
-                                  end_offset=bound, verify_crc=self.verify_crc, source=source)
+            res = codec.decode_to_arrow(memoryview(data)[pos:pos + size], topic=self.topic,
+                                        partition=self.partition, start_offset=start_at,
+                                        end_offset=bound, verify_crc=self.verify_crc,
+                                        source=source)
             tss = res.batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
             hits = (tss >= ts * 1000).nonzero()[0]
             if len(hits):

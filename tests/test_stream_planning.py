@@ -1,0 +1,132 @@
+"""The stream source's per-micro-batch planning, called as Spark calls it (no Spark session).
+
+``partitions(start, end)`` follows ``latestOffset`` in every micro-batch: it must not go to
+storage again for partitions the query already reads (it used to read the stable snapshot
+again and list every partition twice: 10 LISTs and 5 GETs per batch of a 4-partition
+topic, each a round trip on S3). Offsets gone before a range's start are then found by the
+range's task, which lists its partition anyway, and fail it (failOnDataLoss) or are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from coordinator_proc import CoordinatorProc
+from test_stream_trigger_limits import _reader
+from txnlog import TransactionalProducer
+from txnlog.datasource.planning import DataLossError
+from txnlog.datasource.stream_offsets import decode
+from txnlog.log_format.storage import Storage
+
+
+def _produce(root: str, endpoint: str, transactions: int, per_txn: int) -> None:
+    with TransactionalProducer(root, "p", coordinator=endpoint) as p:
+        p.init_transactions()
+        for t in range(transactions):
+            p.begin_transaction()
+            for i in range(per_txn):
+                p.send("t", b"v", key=f"k{t}-{i}".encode(), partition=i % 2)
+            p.commit_transaction()
+
+
+class CountingStorage:
+    """Counts the requests made through a Storage instance (patched in place)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.calls: dict[str, int] = {}
+        for name in ("get", "get_view", "list", "exists", "put", "put_if_absent"):
+            if hasattr(storage, name):
+                setattr(storage, name, self._wrap(name, getattr(storage, name)))
+
+    def _wrap(self, name: str, fn):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+        return call
+
+
+def test_partitions_after_latest_offset_make_no_request(file_root: str) -> None:
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 2)
+        _produce(file_root, coord.endpoint, 6, 10)
+        r = _reader(file_root, maxOffsetsPerTrigger="20")
+        start = r.initialOffset()
+        counter = CountingStorage(Storage.for_url(file_root))
+        batches = 0
+        while True:
+            end = r.latestOffset(start, ReadMaxRows(20))
+            if end == start:
+                break
+            counter.calls.clear()
+            parts = r.partitions(start, end)
+            assert counter.calls == {}, counter.calls
+            assert parts and all(p.check_start for p in parts)
+            rows = sum(b.num_rows for p in parts for b in r.read(p))
+            assert 0 < rows <= 20
+            start, batches = end, batches + 1
+        assert batches >= 3
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_task_finds_offsets_gone_before_its_range(file_root: str,
+                                                    fail_on_data_loss: bool) -> None:
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 2)
+        _produce(file_root, coord.endpoint, 3, 10)
+        r = _reader(file_root, failOnDataLoss=str(fail_on_data_loss).lower())
+        start = r.initialOffset()
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        parts = [p for p in r.partitions(start, end) if p.range.partition == 0]
+        assert len(parts) == 1 and parts[0].range.start == 0
+        # Retention deletes the partition's first object after the batch was planned.
+        folder = Path(urlparse(file_root).path) / "t-0"
+        logs = sorted(folder.glob("*.log"))
+        assert len(logs) >= 2
+        first_kept = int(logs[1].name.split(".")[0])
+        logs[0].unlink()
+        if fail_on_data_loss:
+            with pytest.raises(DataLossError, match=r"t-0: offsets \[0, \d+\) are gone"):
+                list(r.read(parts[0]))
+        else:
+            batches = list(r.read(parts[0]))
+            offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+            assert offsets and min(offsets) >= first_kept
+
+
+def test_group_offsets_commit_off_the_micro_batch_path(file_root: str) -> None:
+    """``commit(end)`` with ``groupId`` and another sink: Spark waits for it between batches,
+    so it hands the commit to a thread and returns even while the coordinator does not
+    answer (here: stopped with SIGSTOP); the offsets land once it answers again, the newest
+    ``end`` superseding one not yet committed."""
+    import pickle
+    import signal
+
+    with CoordinatorProc(file_root) as coord:
+        client = coord.client()
+        client.create_topic("t", 2)
+        _produce(file_root, coord.endpoint, 3, 10)
+        r = _reader(file_root, groupId="g", maxOffsetsPerTrigger="10",
+                    coordinator=coord.endpoint)
+        start = r.initialOffset()
+        first = r.latestOffset(start, ReadMaxRows(10))
+        second = r.latestOffset(first, ReadMaxRows(10))
+        assert start != first != second
+        os.kill(coord.pid, signal.SIGSTOP)
+        try:
+            r.commit(first)   # returns at once: nothing waits for the stopped coordinator
+            r.commit(second)
+            assert not r.flush_group_commits(timeout=0.5)
+            pickle.dumps(r)  # the reader still pickles (the thread is the process's own)
+        finally:
+            os.kill(coord.pid, signal.SIGCONT)
+        assert r.flush_group_commits(timeout=120)
+        want = {tp: off for tp, off in decode(second).items()}
+        assert client.committed_offsets("g") == want
