@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from .run import PROFILES, Profile, Scenario, run_all
+from .run import MERGEABLE, PROFILES, Profile, Scenario, run_all
 
 SHORT = Profile(producers=3, txns_per_producer=25, duration=10.0)
-MERGEABLE = 20  # committed transactions that leave every partition enough objects to merge
 assert SHORT.duration <= PROFILES["short"].duration
 
 DEFAULT_FILE = ["coordinator-kill", "coordinator-faultpoints", "zombie", "two-coordinators",
