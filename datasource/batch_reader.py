@@ -33,8 +33,9 @@ class TxnlogInputPartition(InputPartition):
 
     range: OffsetRange
     snapshot: StableSnapshot | None
-    # A stream's range, planned without listing the partition: the task checks that its
-    # first offset still exists (failOnDataLoss), as Spark's Kafka source does in executors.
+    # A stream's range, planned without listing the partition: the task finds out whether
+    # its first offsets still exist (``_read_range``: failOnDataLoss), as Spark's Kafka
+    # source leaves that to executors.
     check_start: bool = False
 
     def __post_init__(self) -> None:

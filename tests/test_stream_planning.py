@@ -93,7 +93,7 @@ def test_a_task_finds_offsets_gone_before_its_range(file_root: str,
         first_kept = int(logs[1].name.split(".")[0])
         logs[0].unlink()
         if fail_on_data_loss:
-            with pytest.raises(DataLossError, match=r"t-0: offsets \[0, \d+\) are gone"):
+            with pytest.raises(DataLossError, match=r"t-0: offsets \[0, \d+\) were deleted"):
                 list(r.read(parts[0]))
         else:
             batches = list(r.read(parts[0]))
