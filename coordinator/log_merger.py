@@ -389,9 +389,13 @@ class LogMerger:
         await self._put_all(files)
         faults.point("after_merge_output")
         pm = self.state.merges[partition_key(topic, p)]
+        if pm.planned is not plan:
+            return  # the topic was deleted meanwhile (DeleteTopics drops the plan)
         manifest = pm.manifest_after(plan)
         await self._put_all([(manifest.path, manifest.to_json())])
         faults.point("after_merge_manifest")
+        if self.state.merges[partition_key(topic, p)].planned is not plan:
+            return  # deleted while the manifest was written: the delete's sweep removes it
         await self.commits.commit([LogRecord("merged", {
             "id": partition_key(topic, p), "seq": plan.seq, "ms": now_ms()})])
         self.merges_done += 1

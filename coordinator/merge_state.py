@@ -180,6 +180,12 @@ def apply_merged(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
     in flight."""
     pm = merges[d["id"]]
     plan = pm.planned
+    if plan is None and pm.seq < int(d["seq"]) and pm.start_offset > 0 and not pm.objects:
+        # a merge that was in flight when DeleteTopics reset the partition (its plan
+        # dropped, its next manifest starting at the old log end): nothing to apply, and
+        # the delete's sweep removes what it wrote (a log written before the merger checked
+        # for this may still hold such a record)
+        return
     if plan is None or plan.seq != int(d["seq"]):
         raise ValueError(f"merged record for {d['id']} #{d['seq']} without its plan")
     man = pm.manifest_after(plan)

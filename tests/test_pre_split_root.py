@@ -47,7 +47,11 @@ def test_the_old_log_recovers_to_the_same_state(tmp_path: Path) -> None:
     assert rec.snapshot is not None and rec.records, "a snapshot and records after it"
     state = CoordinatorState()
     state.load(rec.snapshot, rec.records)
-    assert json.loads(json.dumps(state.to_snapshot())) == fixture["recovered_snapshot"]
+    # the fixture holds the snapshot as that version wrote it (every partition); a snapshot
+    # now leaves untouched partitions out, so both are compared in today's form (the view
+    # below still covers every partition)
+    recorded = CoordinatorState.from_snapshot(fixture["recovered_snapshot"]).to_snapshot()
+    assert json.loads(json.dumps(state.to_snapshot())) == json.loads(json.dumps(recorded))
     view = visible_offsets(state.topics, state.partitions, state.unreplicated, {}).offsets
     assert json.loads(json.dumps(view)) == fixture["recovered_view"]
     plans = [state.txns[t].plan for t in PREPARED]
