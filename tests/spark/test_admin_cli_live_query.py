@@ -74,8 +74,9 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
         cli("topics", "create", "--topic", "fresh", "--partitions", "4", "--if-not-exists")
         # topic delete and adding partitions are real since issue 14 (they exited 3)
         cli("topics", "alter", "--topic", "fresh", "--partitions", "5")
-        assert "Topic fresh deleted." in cli("topics", "delete", "--topic", "fresh").stdout
-        assert "does not exist" in cli("topics", "delete", "--topic", "fresh",
+        cli("topics", "create", "--topic", "doomed", "--partitions", "1")
+        assert "Topic doomed deleted." in cli("topics", "delete", "--topic", "doomed").stdout
+        assert "does not exist" in cli("topics", "delete", "--topic", "doomed",
                                        code=1).stderr
         assert "does not exist" in cli("topics", "describe", "--topic", "nosuch",
                                        code=1).stderr
@@ -157,7 +158,11 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
         assert cfg["retention.ms"]["source"] == "DEFAULT_CONFIG"
         assert "All configs for topic in are:" in cli("configs", "describe", "--topic",
                                                       "in").stdout
-        cli("configs", "alter", "--topic", "in", "--add-config", "retention.ms=1000", code=3)
+        # real since issue 14; a value that deletes nothing under the live query
+        cli("configs", "alter", "--topic", "in", "--add-config", "retention.ms=604800001")
+        cfg = {c["name"]: c for c in cli.json("configs", "describe", "--entity-type",
+                                              "topics", "--entity-name", "in")}
+        assert cfg["retention.ms"]["value"] == "604800001"
 
         # ---- get-offsets: latest (the LSO), earliest, max-timestamp, by time
         now = end_offsets(file_root, "in")
@@ -174,12 +179,12 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
                         "0")[0]["offset"] == 0
         cli("get-offsets", "--time", "banana", code=2)
 
-        # ---- delete-records: refused, nothing deleted
+        # ---- delete-records (real since issue 14) on another topic: the live query's
+        # input keeps its log start
         spec = tmp_path / "delete.json"
-        spec.write_text(json.dumps({"partitions": [{"topic": "in", "partition": 0,
-                                                    "offset": 2}], "version": 1}))
-        err = cli("delete-records", "--offset-json-file", str(spec), code=3).stderr
-        assert "issue 14" in err and "nothing was deleted" in err
+        spec.write_text(json.dumps({"partitions": [{"topic": "fresh", "partition": 0,
+                                                    "offset": 0}], "version": 1}))
+        cli("delete-records", "--offset-json-file", str(spec))
         assert cli("get-offsets", "--topic", "in", "--partitions", "0", "--time",
                    "earliest").stdout.split() == ["in:0:0"]
     finally:
