@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,14 +34,9 @@ COMPACT = {"cleanup.policy": "compact", "segment.bytes": "2000",
 KEYS = 7
 
 
-@contextmanager
-def coordinator(root: str, *extra: str, faults: str | None = None) -> Iterator[CoordinatorProc]:
-    proc = CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
-    try:
-        proc.wait_healthy()
-        yield proc
-    finally:
-        proc.stop()
+def coordinator(root: str, *extra: str, faults: str | None = None) -> CoordinatorProc:
+    """A coordinator process with this file's flags (``with``: healthy, then stopped)."""
+    return CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
 
 
 def write(root: str, endpoint: str, topic: str, n: int, model: dict[str, str | None],

@@ -11,8 +11,6 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,14 +30,9 @@ FAST = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s",
 GRACE_MS = 2_000
 
 
-@contextmanager
-def coordinator(root: str, *extra: str, faults: str | None = None) -> Iterator[CoordinatorProc]:
-    proc = CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
-    try:
-        proc.wait_healthy()
-        yield proc
-    finally:
-        proc.stop()
+def coordinator(root: str, *extra: str, faults: str | None = None) -> CoordinatorProc:
+    """A coordinator process with this file's flags (``with``: healthy, then stopped)."""
+    return CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
 
 
 def write(root: str, endpoint: str, topic: str, n: int, *, start: int = 0,

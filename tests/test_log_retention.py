@@ -7,8 +7,6 @@ change with the same manifest."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from txnlog.coordinator.client import CoordinatorClient
@@ -31,14 +29,9 @@ FAST = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s",
         "--retention-check-interval-ms", "200"]
 
 
-@contextmanager
-def coordinator(root: str, *extra: str, faults: str | None = None) -> Iterator[CoordinatorProc]:
-    proc = CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
-    try:
-        proc.wait_healthy()
-        yield proc
-    finally:
-        proc.stop()
+def coordinator(root: str, *extra: str, faults: str | None = None) -> CoordinatorProc:
+    """A coordinator process with this file's flags (``with``: healthy, then stopped)."""
+    return CoordinatorProc(root, extra=[*FAST, *extra], faults=faults)
 
 
 def write(root: str, endpoint: str, topic: str, n: int, *, start: int = 0,
