@@ -203,11 +203,14 @@ class TransactionCoordinator:
         """Load snapshot + records, take the log over, roll Prepare* transactions forward."""
         self.load(recovered)
         txn_log = self.commits.log = log_factory(self, recovered)
+
+        def takeover(offset: int) -> LogRecord:
+            return LogRecord("takeover", {
+                "id": "", "epoch": self.state.coordinator_epoch + 1, "log_offset": offset,
+                "ms": now_ms(), "pid": os.getpid()})
+
+        await txn_log.take_over(takeover, self.state.apply_all, self.state.apply)
         txn_log.start()
-        epoch = self.state.coordinator_epoch + 1
-        await self.commits.commit([LogRecord("takeover", {
-            "id": "", "epoch": epoch, "log_offset": txn_log.next_offset, "ms": now_ms(),
-            "pid": os.getpid()})])
         self.publisher.on_fatal = txn_log.stop_fatally
         await self.publisher.start()
         self.timers.start()

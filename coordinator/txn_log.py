@@ -19,6 +19,11 @@ takeover (the first write of every ``TxnLog``) is checked once it is durable: if
 or a log object above it exists, the log had moved on past it and this coordinator is fenced.
 That check is sound because an object is only deleted after a snapshot above it was written,
 and the newest snapshot is never deleted.
+
+A *starting* coordinator that loses the race for its takeover offset has written nothing:
+the serving one only wrote its last records (a CompleteCommit) while this one loaded. It
+replays them and tries again at the new end (``TxnLog.take_over``); it is fenced only if
+the log keeps moving or its view was pruned.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ log = logging.getLogger("txnlog.coordinator.txn_log")
 # for us), then the process stops (TxnLog._fail): memory is ahead of the log by then.
 # 5 attempts, waits 0.2, 0.4, 0.8, 1.6 s, no jitter (one writer, nothing to spread).
 LOG_WRITE_RETRY = RetryPolicy(max_attempts=5, base_delay_s=0.2, max_delay_s=1.6, jitter=False)
+# How often a starting coordinator replays what the serving one wrote meanwhile and tries
+# again at the log's new end before it gives up as fenced (TxnLog.take_over).
+TAKEOVER_ATTEMPTS = 10
 
 
 class FencedError(NotCoordinatorError):
@@ -341,6 +349,106 @@ class TxnLog:
             self.storage_errors += 1
             log.warning("log write %s failed (attempt %d): %s", path, exc.attempts, exc.last)
             raise exc.last from None
+
+    async def take_over(self, make_record: Callable[[int], LogRecord],
+                        catch_up: Callable[[list[LogRecord]], None],
+                        apply: Callable[[LogRecord], None],
+                        attempts: int = TAKEOVER_ATTEMPTS) -> LogRecord:
+        """Append the takeover record at the log's end, the first write of this log.
+
+        A coordinator started while another still serves can lose the race for the end of
+        the log to the serving one's last writes (its CompleteCommit, a merge record): that
+        says nothing about who should serve, since this process has written nothing yet.
+        So a lost race reads what the other wrote (``catch_up`` applies it to the state),
+        and tries again at the new end (``make_record(offset)`` builds the record for it).
+        Only when the log keeps moving for ``attempts`` tries, or moved on so far that the
+        objects after this process's view were pruned, is this process the one fenced.
+
+        Once written, the takeover is checked (see the module doc), applied (``apply``), and
+        snapshotted at once after a long replay. Before writing, nothing is applied: a lost
+        attempt leaves the state as the log has it.
+        """
+        assert self._task is None, "take_over is the first write, before start()"
+        loop = asyncio.get_running_loop()
+        for _attempt in range(attempts):
+            base = self.next_offset
+            rec = make_record(base)
+            now = int(time.time() * 1000)
+            data = encode_batch([to_kafka_record(rec, now)], base_offset=base, now_ms=now)
+            try:
+                ok = await self._put(txn_state_log_path(base), data)
+                if not ok:
+                    newer, end = await loop.run_in_executor(self._writer_io,
+                                                            self._read_from, base)
+                    log.warning("%s offset %d was written by the serving coordinator while "
+                                "this one loaded; replaying %d records up to offset %d and "
+                                "taking over there", TRANSACTION_STATE_DIR, base, len(newer),
+                                end)
+                    catch_up(newer)
+                    self.next_offset = end
+                    self._since_snapshot += len(newer)
+                    continue
+                ahead = await loop.run_in_executor(self._writer_io, self._log_ahead_of, base)
+            except NotCoordinatorError as exc:
+                log.critical("%s", exc)
+                self._fail(exc, [])
+                raise
+            except BaseException as exc:
+                self._fail(exc, [])
+                raise NotCoordinatorError(f"coordinator log write failed, stopping: {exc}") \
+                    from exc
+            if ahead is not None:
+                exc = FencedError(
+                    f"fenced: {TRANSACTION_STATE_DIR} had moved on to {ahead} while this "
+                    f"coordinator was loading (its takeover at offset {base} reused a pruned "
+                    "offset); another coordinator is serving")
+                log.critical("%s", exc)
+                self._fail(exc, [])
+                raise exc
+            self._takeover_checked = True
+            faults.point("after_log_write")
+            apply(rec)
+            self.objects_written += 1
+            self.records_written += 1
+            self.next_offset = base + 1
+            self._since_snapshot += 1
+            self._objects_since_snapshot += 1
+            if self._snapshot_now:
+                snapshot = json.dumps(self._snapshot_fn(), separators=(",", ":")).encode()
+                self._snapshot_now = False
+                self._since_snapshot = self._objects_since_snapshot = 0
+                self._snapshot_bytes = len(snapshot)
+                self._last_snapshot_t = time.monotonic()
+                self._snapshot_task = loop.create_task(
+                    self._write_snapshot(self.next_offset, snapshot))
+            return rec
+        exc = FencedError(
+            f"fenced: {TRANSACTION_STATE_DIR} moved on at each of {attempts} takeover "
+            "attempts; another coordinator is serving and writing")
+        log.critical("%s", exc)
+        self._fail(exc, [])
+        raise exc
+
+    def _read_from(self, base: int) -> tuple[list[LogRecord], int]:
+        """The records of the log objects from ``base`` on, and the offset after them
+        (blocking). Objects pruned there mean the log moved on past two snapshots since
+        this process loaded: it is too far behind to catch up, and is fenced."""
+        bases = sorted(int(o.name[:20]) for o in self.storage.list(TRANSACTION_STATE_DIR)
+                       if o.name.endswith(".log") and int(o.name[:20]) >= base)
+        records: list[LogRecord] = []
+        offset = base
+        for b in bases:
+            if b != offset:
+                break
+            for batch in decode_batches(self.storage.get(txn_state_log_path(b)),
+                                        source=txn_state_log_path(b)):
+                records.extend(from_kafka_record(r) for r in batch.records)
+                offset = batch.header.next_offset
+        if offset == base:
+            raise FencedError(
+                f"fenced: {TRANSACTION_STATE_DIR} offset {base} was written and pruned "
+                "while this coordinator loaded; another coordinator is serving")
+        return records, offset
 
     def _log_ahead_of(self, base: int) -> str | None:
         """The name of a snapshot or log object above ``base``, if any (blocking)."""
