@@ -10,7 +10,10 @@ Points: before_prepare, after_prepare, after_marker, after_complete_before_reply
 mid_snapshot, after_reserve, after_log_write, after_merge_plan (a merge is logged, its output
 not written), after_merge_output (output written, manifest not), after_merge_manifest
 (manifest written, ``merged`` not logged), after_compact_plan / after_compact_output /
-after_compact_manifest (the same three steps of a compaction, log_cleaner.py).
+after_compact_manifest (the same three steps of a compaction, log_cleaner.py),
+after_retain_plan / after_retain_manifest (a retention or DeleteRecords change: ``retain``
+logged, its manifest not written / written, ``retained`` not logged), after_topic_delete_data
+(a deleted topic's objects gone, ``topic_delete`` done not logged; log_retention.py).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ POINTS = frozenset({"before_prepare", "after_prepare", "after_marker",
                     "after_complete_before_reply", "mid_snapshot", "after_reserve",
                     "after_log_write", "after_merge_plan", "after_merge_output",
                     "after_merge_manifest", "after_compact_plan", "after_compact_output",
-                    "after_compact_manifest"})
+                    "after_compact_manifest", "after_retain_plan", "after_retain_manifest",
+                    "after_topic_delete_data"})
 
 log = logging.getLogger("txnlog.coordinator.faults")
 

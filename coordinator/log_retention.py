@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from txnlog.log_format import layout, planted_bugs
 from txnlog.log_format.manifest import MIN_GRACE_MS, new_manifest
 
+from . import faults
 from .errors import (
     OffsetOutOfRangeError,
     PolicyViolationError,
@@ -307,6 +308,7 @@ class LogRetention:
         grace = max(MIN_GRACE_MS, _int(cfg, "file.delete.delay.ms"))
         plan = RetainPlan(topic, p, pm.seq + 1, drop, log_start, reason, grace, now)
         await self.commits.commit([LogRecord("retain", plan.to_record())])
+        faults.point("after_retain_plan")
         await self._publish(plan)
         if drop:
             log.info("%s: log start offset %d -> %d, %d segment(s) deleted (%s)", key,
@@ -333,6 +335,7 @@ class LogRetention:
             raise RuntimeError(f"{self.storage.url}/{man.path} holds another manifest than "
                                f"retention plan #{plan.seq} computes")
         self.observer.object_written("manifest")
+        faults.point("after_retain_manifest")
         await self.commits.commit([LogRecord("retained", {"id": key, "seq": plan.seq,
                                                           "ms": now_ms()})])
         self.segments_deleted += plan.drop
@@ -352,6 +355,7 @@ class LogRetention:
                     man = new_manifest(name, p, pm.seq + 1, [], pm.start_offset, 0,
                                        MIN_GRACE_MS, now_ms(), pm.log_start)
                     await self.io.run(self.storage.put, man.path, man.to_json())
+            faults.point("after_topic_delete_data")
             await self.commits.commit([LogRecord("topic_delete", {
                 "id": name, "name": name, "partitions": n, "done": True})])
             log.info("topic %s deleted (%d partitions)", name, n)

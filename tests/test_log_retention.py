@@ -6,6 +6,7 @@ change with the same manifest."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -453,3 +454,69 @@ def test_retention_state_survives_a_snapshot() -> None:
                                            "done": True}))
         assert s.topics_deleting == {}
     assert st.to_snapshot() == again.to_snapshot()
+
+
+@pytest.mark.parametrize("fault", ["after_retain_plan", "after_retain_manifest"])
+def test_a_restart_mid_delete_records_finishes_it(file_root: str, fault: str) -> None:
+    """A coordinator killed between the steps of a log start change (``retain`` logged;
+    its manifest written or not; ``retained`` not logged): the next one finishes the same
+    plan — the same manifest bytes (put-if-absent would refuse others), the same log
+    start — and DeleteRecords asked again answers it."""
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic(
+            "k", 1, {"segment.bytes": "2000", "file.delete.delay.ms": "2000"})
+        write(file_root, proc.endpoint, "k", 60)
+        wait_for("merged", lambda: read_latest_manifest(storage, "k", 0))
+    before = read_latest_manifest(storage, "k", 0)
+    # --no-merge from here: retention still runs, and no merge moves the manifest's seq
+    dying = coordinator(file_root, "--no-merge", faults=f"{fault}:1")
+    dying.wait_healthy()
+    with pytest.raises(Exception):  # noqa: B017 - the coordinator dies under the call
+        CoordinatorClient(dying.endpoint, retry_for=0).delete_records({("k", 0): 21})
+    assert dying.wait(60) == -9, dying.log_tail()
+    assert f"fault point {fault} reached" in dying.log_text()
+    dying.stop()
+    planned = read_latest_manifest(storage, "k", 0)
+    assert planned.seq == before.seq + (1 if fault == "after_retain_manifest" else 0)
+    with coordinator(file_root, "--no-merge") as again:
+        man = wait_for("finished", lambda: (m := read_latest_manifest(storage, "k", 0))
+                       and m.log_start_offset == 21 and m)
+        assert man.seq == before.seq + 1
+        if fault == "after_retain_manifest":
+            assert man.to_json() == planned.to_json()  # the same bytes, not a second plan
+        assert CoordinatorClient(again.endpoint).delete_records({("k", 0): 21}) == {("k", 0): 21}
+        assert PartitionReader(storage, "k", 0).earliest_offset() == 21
+        assert values(storage, "k") == [f"v{i:06d}" for i in range(11, 60)]
+        assert "stopped:" not in again.log_text()
+
+
+def test_a_restart_mid_delete_topic_finishes_it(file_root: str) -> None:
+    """Killed after a deleted topic's objects are gone but before ``topic_delete`` done is
+    logged: the next coordinator finishes the delete, and the name can be re-created with
+    none of the predecessor's records."""
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic("z", 1, {"segment.bytes": "2000"})
+        write(file_root, proc.endpoint, "z", 30)
+        wait_for("merged", lambda: read_latest_manifest(storage, "z", 0))
+    dying = coordinator(file_root, faults="after_topic_delete_data:1")
+    dying.wait_healthy()
+    with contextlib.suppress(Exception):  # it may die before or after answering
+        CoordinatorClient(dying.endpoint, retry_for=0).delete_topic("z")
+    assert dying.wait(60) == -9, dying.log_tail()
+    dying.stop()
+    with coordinator(file_root) as again:
+        client = CoordinatorClient(again.endpoint)
+
+        def recreated() -> bool:
+            try:
+                client.create_topic("z", 1)
+                return True
+            except Exception as exc:  # marked for deletion until its delete is finished
+                assert "marked for deletion" in str(exc), exc
+                return False
+        wait_for("re-created", recreated)
+        write(file_root, again.endpoint, "z", 2, start=500)
+        assert values(storage, "z") == ["v000500", "v000501"]
+        assert "stopped:" not in again.log_text()

@@ -23,6 +23,10 @@ from . import workload
 
 RETENTION_CONFIG = {"retention.bytes": 6144}
 COORDINATOR_ARGS = ["--retention-check-interval-ms", "300"]
+# Armed in coordinator-faultpoints (and mixed) runs with --retention, beside the commit
+# path's: a coordinator dies between the durable steps of a log start change (DeleteTopics
+# is not in the workload, so after_topic_delete_data is left to test_log_retention).
+FAULT_POINTS = ("after_retain_plan", "after_retain_manifest")
 
 
 def delete_records_loop(root: str, note: Any, stop: threading.Event, seed: int) -> None:

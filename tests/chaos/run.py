@@ -451,7 +451,8 @@ class Scenario:
         if not self.live_coordinators():
             faults = None
             if self.fault in ("coordinator-faultpoints", "mixed") and self.rng.random() < 0.7:
-                points = FAULT_POINTS + (COMPACT_FAULT_POINTS if compacting() else ())
+                points = (FAULT_POINTS + (COMPACT_FAULT_POINTS if compacting() else ())
+                          + (chaos_retention.FAULT_POINTS if self.retention else ()))
                 faults = f"{self.rng.choice(points)}:{self.rng.randint(1, 15)}"
             self.start_coordinator(faults)
 
