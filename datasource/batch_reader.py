@@ -33,10 +33,6 @@ class TxnlogInputPartition(InputPartition):
 
     range: OffsetRange
     snapshot: StableSnapshot | None
-    # A stream's range, planned without listing the partition: the task finds out whether
-    # its first offsets still exist (``_read_range``: failOnDataLoss), as Spark's Kafka
-    # source leaves that to executors.
-    check_start: bool = False
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, self.range)

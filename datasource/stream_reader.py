@@ -278,8 +278,10 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(OffsetRange(tp[0], tp[1], s, e))
         pieces = split_ranges(ranges, self.opts.min_partitions,
                               self.opts.max_records_per_partition)
-        return [TxnlogInputPartition(r, partition_snapshot(self._snapshot, r.topic, r.partition),
-                                     check_start=True)
+        # Planned without listing the partitions: each task finds out whether its first
+        # offsets still exist (batch_reader._read_range: failOnDataLoss), as Spark's Kafka
+        # source leaves that to its executors.
+        return [TxnlogInputPartition(r, partition_snapshot(self._snapshot, r.topic, r.partition))
                 for r in pieces]
 
     def _covers(self, end: Mapping[TopicPartition, int]) -> bool:
