@@ -59,6 +59,10 @@ from txnlog.coordinator.txn_log import recover
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 
+# Spark binds its driver to this host's first non-loopback address unless told otherwise;
+# the bench talks to 127.0.0.0/8 only.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 KEEP_MS = 7 * 24 * 3600 * 1000
 TOPIC = "bench"
 TIMEOUT_MS = "10000"  # task heartbeats every 2.5 s: few lingering heartbeat threads

@@ -63,6 +63,10 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+# Spark binds its driver to this host's first non-loopback address unless told otherwise;
+# the bench talks to 127.0.0.0/8 only.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 READ_DDL = ("key binary, value binary, topic string, partition int, offset long, "
             "timestamp timestamp, timestampType int")
 BATCH = 10_000

@@ -40,6 +40,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Spark binds its driver to this host's first non-loopback address unless told otherwise;
+# the bench talks to 127.0.0.0/8 only.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))

@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+# Spark binds its driver to this host's first non-loopback address unless told otherwise;
+# tests talk to 127.0.0.0/8 only (test_multi_host sets its own addresses per process).
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from rgw_server import RgwServer, RgwUnavailable
 from s3_server import S3Server

@@ -42,6 +42,7 @@ SCHEMA = "topic string, partition int, key string, value string"
 def session(app: str) -> Any:
     """A lean local session: two cores, up to three attempts per task (so a killed Python
     worker's task is retried and its rows aborted, as on a cluster)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, not eth0
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", '--driver-java-options '

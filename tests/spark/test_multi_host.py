@@ -235,7 +235,8 @@ def test_cluster_of_hosts_exactly_once_and_the_epoch_never_moves(
         driver = cluster.start("driver", [sys.executable, str(DRIVER), master_url,
                                           hosts.gateway if hosts else "", root,
                                           str(tmp_path / "ckpt"), str(work)],
-                               env={"TXNLOG_COORDINATOR_TOKEN": TOKEN})
+                               env={"TXNLOG_COORDINATOR_TOKEN": TOKEN,
+                                    **({"SPARK_LOCAL_IP": hosts.gateway} if hosts else {})})
         wait_markers(work, "batch", 2, driver)
         time.sleep(1.5)  # the tasks have written some batches (flushBytes=1)
         killed_batch = kill_executor(hosts, "w1", driver)
