@@ -49,6 +49,32 @@ def err(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+def kafka_error(exc: BaseException) -> Any:
+    """The librdkafka error an exception carries: a KafkaException's, or the KafkaError
+    itself (``flush`` raises a fatal error bare); None for anything else."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(exc, KafkaError):
+        return exc
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def _serve(call: Any, *args: Any) -> Any:
+    """``Producer.flush``/``poll``, whose fatal errors come as a bare ``KafkaError`` (not
+    an exception class, so no ``except`` clause but a bare one matches it): re-raised as
+    the ``KafkaException`` every other call raises."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return call(*args)
+    except Exception:
+        raise
+    except:  # noqa: E722
+        raise KafkaException(sys.exc_info()[1]) from None
+
+
 # ================================================================== producer
 class KafkaProducerWorker:
     """One transactional id through the gateway, one transaction at a time."""
@@ -121,8 +147,6 @@ class KafkaProducerWorker:
     def _end(self, producer: Any, commit: bool) -> None:
         """commit_transaction / abort_transaction, retried while librdkafka says the error
         is retriable (it then keeps the same EndTxn: safe to ask again)."""
-        from confluent_kafka import KafkaException
-
         for attempt in range(self.args.end_attempts):
             try:
                 if commit:
@@ -130,16 +154,14 @@ class KafkaProducerWorker:
                 else:
                     producer.abort_transaction(self.args.api_timeout)
                 return
-            except KafkaException as exc:
-                e = exc.args[0]
-                if not e.retriable() or e.txn_requires_abort() or e.fatal() or \
+            except Exception as exc:
+                e = kafka_error(exc)
+                if e is None or not e.retriable() or e.txn_requires_abort() or e.fatal() or \
                         attempt + 1 == self.args.end_attempts:
                     raise
                 time.sleep(0.2)
 
     def one_txn(self, producer: Any, txn: str) -> None:
-        from confluent_kafka import KafkaException
-
         rng = self.rng
         parts = rng.sample(partitions(), rng.randint(1, 4))
         abort = rng.random() < self.args.abort_p
@@ -159,17 +181,18 @@ class KafkaProducerWorker:
                     values.append(value)
                     producer.produce(topic, str(value).encode(), key=key.encode(),
                                      partition=p, on_delivery=self.on_delivery)
-                    producer.poll(0)
+                    _serve(producer.poll, 0)
                 if i + 1 == half and (abort or rng.random() < 0.5):
-                    producer.flush(self.args.api_timeout)  # data in the log before the end
+                    _serve(producer.flush, self.args.api_timeout)  # data in the log before the end
             stage = "abort" if abort else "commit"
             self._end(producer, commit=not abort)
             self.hist.write(stage, txn=txn, outcome="ok", t0=t0)
             if not abort:
                 at = [[v, *self.delivered[v]] for v in values if v in self.delivered]
                 self.hist.write("placed", txn=txn, at=at)
-        except (KafkaException, BufferError) as exc:
-            abortable = isinstance(exc, KafkaException) and exc.args[0].txn_requires_abort()
+        except Exception as exc:  # librdkafka's errors, BufferError
+            e = kafka_error(exc)
+            abortable = e is not None and e.txn_requires_abort() and not e.fatal()
             # Nothing librdkafka raises here proves the transaction did not commit (a
             # commit may have been decided before its answer was lost): unknown, unless an
             # abort is answered afterwards, which the coordinator only gives to an
