@@ -27,6 +27,8 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
+
 from .errors import (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -34,6 +36,7 @@ from .errors import (
     ProducerFencedError,
 )
 from .partition_state import partition_key
+from .states import TxnState
 from .txn_log_records import LogRecord
 
 if TYPE_CHECKING:
@@ -124,6 +127,23 @@ class KafkaClients:
 
     async def end(self, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
         coord_epoch = self.translate(tid, pid, epoch)
+        txn = self.e.state.txns.get(tid)
+        last = txn.last if txn is not None else None
+        if txn is not None and last is not None and last["pid"] == pid and \
+                last["epoch"] < coord_epoch and \
+                txn.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            # A retried EndTxn whose answer was lost (a gateway killed while it waited):
+            # the client's epoch never changes, so the translation points at the epoch
+            # after the bump, and the transaction it ended is ``last`` (nothing began
+            # since: Complete*, not Ongoing). Kafka answers as the first time: success for
+            # the same result (librdkafka takes INVALID_TXN_STATE after a commit for fatal),
+            # INVALID_TXN_STATE for the other one (an abort of a commit must never succeed).
+            await self.e.commits.sync()
+            if not commit and last["outcome"] == "abort":
+                return {"outcome": "abort"}  # aborted, by the client or by a timeout
+            txn.late_end("commit" if commit else "abort", last,
+                         lenient=planted_bug_enabled("abort_after_prepare"))
+            return {"outcome": "commit" if commit else "abort"}
         r = await self.e.end_txn(tid, pid, coord_epoch, commit)
         for slot in [s for s in self.seq_base if s[0] == pid and s[1] <= coord_epoch]:
             del self.seq_base[slot]
