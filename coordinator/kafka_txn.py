@@ -27,8 +27,6 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
-
 from .errors import (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -129,21 +127,18 @@ class KafkaClients:
         coord_epoch = self.translate(tid, pid, epoch)
         txn = self.e.state.txns.get(tid)
         last = txn.last if txn is not None else None
-        if txn is not None and last is not None and last["pid"] == pid and \
-                last["epoch"] < coord_epoch and \
-                txn.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            # A retried EndTxn whose answer was lost (a gateway killed while it waited):
-            # the client's epoch never changes, so the translation points at the epoch
-            # after the bump, and the transaction it ended is ``last`` (nothing began
-            # since: Complete*, not Ongoing). Kafka answers as the first time: success for
-            # the same result (librdkafka takes INVALID_TXN_STATE after a commit for fatal),
-            # INVALID_TXN_STATE for the other one (an abort of a commit must never succeed).
+        if commit and txn is not None and last is not None and last["pid"] == pid and \
+                last["epoch"] < coord_epoch and txn.state is TxnState.COMPLETE_COMMIT:
+            # A retried EndTxn(commit) whose answer was lost (a gateway killed while it
+            # waited): the client's epoch never changes, so the translation points at the
+            # epoch after the bump, and the transaction it committed is ``last`` (nothing
+            # was written since: CompleteCommit, not Ongoing). Kafka answers such a retry
+            # with success; INVALID_TXN_STATE is fatal to librdkafka. (An abort here is the
+            # abort of a new transaction that wrote nothing — AddPartitionsToTxn does not
+            # open one at the coordinator — and is answered as before: success.)
             await self.e.commits.sync()
-            if not commit and last["outcome"] == "abort":
-                return {"outcome": "abort"}  # aborted, by the client or by a timeout
-            txn.late_end("commit" if commit else "abort", last,
-                         lenient=planted_bug_enabled("abort_after_prepare"))
-            return {"outcome": "commit" if commit else "abort"}
+            txn.late_end("commit", last)
+            return {"outcome": "commit"}
         r = await self.e.end_txn(tid, pid, coord_epoch, commit)
         for slot in [s for s in self.seq_base if s[0] == pid and s[1] <= coord_epoch]:
             del self.seq_base[slot]
