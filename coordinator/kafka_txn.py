@@ -34,6 +34,7 @@ from .errors import (
     ProducerFencedError,
 )
 from .partition_state import partition_key
+from .states import TxnState
 from .txn_log_records import LogRecord
 
 if TYPE_CHECKING:
@@ -124,6 +125,20 @@ class KafkaClients:
 
     async def end(self, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
         coord_epoch = self.translate(tid, pid, epoch)
+        txn = self.e.state.txns.get(tid)
+        last = txn.last if txn is not None else None
+        if commit and txn is not None and last is not None and last["pid"] == pid and \
+                last["epoch"] < coord_epoch and txn.state is TxnState.COMPLETE_COMMIT:
+            # A retried EndTxn(commit) whose answer was lost (a gateway killed while it
+            # waited): the client's epoch never changes, so the translation points at the
+            # epoch after the bump, and the transaction it committed is ``last`` (nothing
+            # was written since: CompleteCommit, not Ongoing). Kafka answers such a retry
+            # with success; INVALID_TXN_STATE is fatal to librdkafka. (An abort here is the
+            # abort of a new transaction that wrote nothing — AddPartitionsToTxn does not
+            # open one at the coordinator — and is answered as before: success.)
+            await self.e.commits.sync()
+            txn.late_end("commit", last)
+            return {"outcome": "commit"}
         r = await self.e.end_txn(tid, pid, coord_epoch, commit)
         for slot in [s for s in self.seq_base if s[0] == pid and s[1] <= coord_epoch]:
             del self.seq_base[slot]

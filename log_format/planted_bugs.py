@@ -37,6 +37,9 @@ Names and where they act:
   (log_format/reader.py)
 - ``retention_deletes_kept_segment``: retention deletes, with the segments it drops, the
   first segment the new manifest still names (coordinator/log_retention.py)
+- ``gateway_fetch_ignores_lso``: the Kafka gateway serves a read_committed Fetch up to the
+  HW instead of the LSO, so a Kafka client reads an open transaction's records (which
+  may abort later) (coordinator/gateway/consume.py)
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
                    "delete_before_grace", "merge_above_lso", "compact_ignore_aborted",
-                   "read_below_log_start", "retention_deletes_kept_segment"})
+                   "read_below_log_start", "retention_deletes_kept_segment",
+                   "gateway_fetch_ignores_lso"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

@@ -115,3 +115,33 @@ def test_consume_transform_produce_exactly_once(gw: tuple[str, CoordinatorProc,
     second.commit_transaction(60)
     out = _values(root, "ctp-out", "read_committed")
     assert "zombie" not in out and out.count("after-fence") == 1
+
+
+def test_a_retried_end_txn_gets_the_first_answer(gw: tuple[str, CoordinatorProc,
+                                                           GatewayProc]) -> None:
+    """An EndTxn whose answer was lost (the gateway killed while it waited, as the chaos
+    harness's gateway classes do) is sent again by librdkafka with the same producer id and
+    epoch. As from Kafka, a retried commit of the committed transaction succeeds (was
+    INVALID_TXN_STATE, which librdkafka takes for fatal); an abort then is the abort of a
+    new transaction that wrote nothing (its produce timed out: the chaos harness's
+    gateway-coordinator-kill class) and succeeds; the client's next transaction goes on as
+    usual."""
+    root, coord, gateway = gw
+    p = CKProducer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "retry-end",
+                    "linger.ms": 0})
+    p.init_transactions(30)
+    client = coord.client()
+    d = client.describe_txn("retry-end")
+    pid, epoch = d["producer_id"], d["epoch"]  # what InitProducerId handed the client
+    p.begin_transaction()
+    p.produce("ctp-out", b"retried-end-0", partition=0)
+    p.commit_transaction(30)
+    body = {"transactional_id": "retry-end", "producer_id": pid, "epoch": epoch}
+    assert client.call("kafka_end_txn", {**body, "commit": True})["outcome"] == "commit"
+    assert client.call("kafka_end_txn", {**body, "commit": True})["outcome"] == "commit"
+    assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
+    p.begin_transaction()
+    p.produce("ctp-out", b"retried-end-1", partition=0)
+    p.commit_transaction(30)
+    values = _values(root, "ctp-out", "read_committed")
+    assert values.count("retried-end-0") == 1 and values.count("retried-end-1") == 1

@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 from txnlog.log_format import layout
+from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
 
 from ..admin import _max_timestamp
 from . import errors as E
@@ -137,7 +138,10 @@ def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit:
                 out["aborted_transactions"] = []
             if limit <= 0:
                 return out, 0
-            raw = reader.read_raw(offset, limit)
+            if isolation == "read_committed" and planted_bug_enabled("gateway_fetch_ignores_lso"):
+                raw = _read_past_lso(backend, topic, partition, offset, limit, snap)
+            else:
+                raw = reader.read_raw(offset, limit)
             if raw.data and isolation == "read_committed":
                 out["aborted_transactions"] = [
                     {"producer_id": a.producer_id, "first_offset": a.first_offset}
@@ -147,6 +151,17 @@ def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit:
     except Exception as exc:
         out["error_code"] = E.code_of(exc)
         return out, 0
+
+
+def _read_past_lso(backend: Backend, topic: str, partition: int, offset: int, limit: int,
+                   snap: Any) -> Any:
+    """The planted bug ``gateway_fetch_ignores_lso``: a read_committed Fetch served up to
+    the HW instead of the LSO, so an open transaction's batches reach the client with no
+    abort listed for them (they may abort later)."""
+    lock, reader = backend.reader(topic, partition, "read_uncommitted")
+    with lock:
+        reader.advance_snapshot(snap)
+        return reader.read_raw(offset, limit)
 
 
 def _fetch_all(backend: Backend, wanted: list[tuple[str, int, int, int]], max_bytes: int,

@@ -21,6 +21,7 @@ fenced by the coordinator's timers, never half-visible.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,8 @@ from ..errors import CoordinatorError, ProducerFencedError
 from . import errors as E
 from .backend import Backend
 from .codec import ms
+
+log = logging.getLogger("txnlog.gateway")
 
 if TYPE_CHECKING:
     from .server import Connection
@@ -207,6 +210,9 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
                 b.error, b.message = exc.code, str(exc)
         except Exception as exc:
             code = E.code_of(exc)
+            if code == E.UNKNOWN_SERVER_ERROR:  # the client learns nothing more: say it here
+                log.warning("produce of producer %d epoch %d answered UNKNOWN_SERVER_ERROR: %r",
+                            pid, epoch, exc)
             if code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS):
                 code = E.KAFKA_STORAGE_ERROR  # retriable for a producer: same sequences
             for b in group:

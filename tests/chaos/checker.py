@@ -5,7 +5,9 @@ visibility across partitions and topics through one stable snapshot):
 
 - ``lost-write``: a committed transaction's record is missing from the final read.
 - ``aborted-read`` (G1a): a record of a definitely aborted/failed transaction was read
-  under read_committed.
+  under read_committed; or of a transaction of unknown outcome that the final read shows
+  none of (it aborted: nothing of it was ever committed, so no read_committed read may
+  have returned it; retention and compaction excepted).
 - ``torn-transaction``: a read saw part of a transaction but not the rest: in a full read
   (scan/final/spark) some records missing; in an incremental poll another record of it lies
   at or above that snapshot's LSO; in the final read an ``unknown`` transaction is neither
@@ -179,7 +181,9 @@ def check(ops_in: Iterable[dict[str, Any]], compacted: bool = False) -> Result:
         gone, gone_uncommitted = removable(ops, txns, where, finals[-1] if finals else None)
         res.stats["superseded"] = len(gone)
     _check_retries(res, [op for op in ops if op["f"] == "retry"])
-    _check_values(res, polls, by_value)
+    _check_values(res, polls, by_value,
+                  _resolved_aborted(txns, finals[-1], where, gone | gone_uncommitted)
+                  if finals else frozenset())
     _check_offsets(res, polls, gone | gone_uncommitted)
     _check_bounds(res, polls)
     _check_consumers(res, polls)
@@ -224,7 +228,20 @@ def _check_retries(res: Result, retries: list[dict[str, Any]]) -> None:
         res.stats["one_shot_retries_same"] = same
 
 
-def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn]) -> None:
+def _resolved_aborted(txns: dict[str, Txn], final: dict[str, Any],
+                      where: dict[int, tuple[str, int]], gone: AbstractSet[int]) -> set[str]:
+    """Transactions of unknown outcome of which the final read shows nothing: aborted
+    (all-or-nothing is checked by the final read; a record deleted by retention or one
+    compaction may remove keeps its transaction out of this set)."""
+    visible = {v for _, _, v in _reads(final)}
+    return {t.id for t in txns.values()
+            if t.status == "unknown" and t.sends and not t.values & visible
+            and not t.values & gone and not any(_deleted(final, where.get(v))
+                                                for v in t.values)}
+
+
+def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn],
+                  resolved_aborted: AbstractSet[str] = frozenset()) -> None:
     """aborted-read, duplicate (across reads and within one), phantom-read."""
     seen_at: dict[int, tuple[str, int]] = {}
     for op in polls:
@@ -235,10 +252,10 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
             if txn is None:
                 res.add("phantom-read", proc=op["proc"], tp=tp, offset=offset, value=value)
                 continue
-            if rc and txn.status == "aborted":
+            if rc and (txn.status == "aborted" or txn.id in resolved_aborted):
                 res.add("aborted-read", proc=op["proc"], mode=op.get("mode"), tp=tp,
                         offset=offset, value=value, txn=txn.id, commit=txn.commit,
-                        abort=txn.abort)
+                        abort=txn.abort, resolved_by_final=txn.status == "unknown")
             if value in in_this:
                 res.add("duplicate", proc=op["proc"], value=value, tp=tp, offset=offset,
                         note="twice in one read")

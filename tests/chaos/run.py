@@ -43,6 +43,7 @@ from txnlog.log_format.storage import Storage  # noqa: E402
 
 from . import checker, workload  # noqa: E402
 from . import retention as chaos_retention  # noqa: E402
+from .gateway_faults import GATEWAY_FAULTS, GatewaySide  # noqa: E402
 from .history import HistoryWriter, read_history  # noqa: E402
 from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
@@ -51,10 +52,10 @@ BUCKET = "txnlog-chaos"
 SPARK_FAULTS = ("spark-driver-kill", "spark-driver-pause", "spark-worker-kill")
 FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
                "zombie", "two-coordinators", "client-kill", "disk-full", "mixed",
-               *SPARK_FAULTS)
+               *SPARK_FAULTS, *GATEWAY_FAULTS)
 S3_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
              "zombie", "two-coordinators", "client-kill", "s3-pause", "s3-restart",
-             "s3-proxy", "mixed", *SPARK_FAULTS)
+             "s3-proxy", "mixed", *SPARK_FAULTS, *GATEWAY_FAULTS)
 MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "zombie",
            "two-coordinators", "client-kill", "disk-full", "s3-pause", "s3-restart",
            "s3-proxy")
@@ -269,6 +270,8 @@ class Scenario:
         if unsafe:
             self.env_extra["TXNLOG_UNSAFE"] = unsafe
         self.root = self._make_root()
+        # Kafka clients through a gateway instead of the harness's producers (issue 18)
+        self.gateway = GatewaySide(self) if fault in GATEWAY_FAULTS else None
 
     # ---- storage ------------------------------------------------------------------
     def _make_root(self) -> str:
@@ -426,6 +429,7 @@ class Scenario:
             "spark-driver-kill": self.f_spark_driver_kill,
             "spark-driver-pause": self.f_spark_driver_pause,
             "spark-worker-kill": self.f_spark_worker_kill,
+            **(self.gateway.faults() if self.gateway is not None else {}),
         }
         while not self.stop_nemesis.wait(self.rng.uniform(1.5, 4.0)):
             self.resume_zombies()
@@ -852,6 +856,8 @@ class Scenario:
         if self.mount is not None:
             with contextlib.suppress(FileNotFoundError):
                 (self.mount / "zz-filler").unlink()
+        if self.gateway is not None:
+            self.gateway.ensure()
 
     # ---- the run -----------------------------------------------------------------------
     def run(self) -> Outcome:
@@ -887,7 +893,10 @@ class Scenario:
         self.deadline = time.monotonic() + p.duration
         if self.spark:
             self.start_spark()
-        for _ in range(p.producers):
+        if self.gateway is not None:
+            self.gateway.start()
+            self.gateway.start_workload()
+        for _ in range(p.producers if self.gateway is None else 0):
             self.start_producer(zombie_p=0.15 if self.fault in ("zombie", "mixed") else 0.0)
         for _ in range(p.consumers):
             self.start_consumer(p.duration + 5)
@@ -994,6 +1003,8 @@ class Scenario:
 
     def cleanup(self) -> None:
         self.stop_nemesis.set()
+        if getattr(self, "gateway", None) is not None:
+            self.gateway.stop()  # type: ignore[union-attr]
         if hasattr(self, "stop_watch"):
             self.stop_watch.set()
         for p in self.spark_drivers.values():

@@ -88,6 +88,18 @@ def test_aborted_read() -> None:
     assert kinds(ops) == set()
 
 
+def test_read_of_an_unknown_transaction_the_final_read_shows_nothing_of() -> None:
+    """T4's commit outcome is unknown and the final read shows none of it: it aborted, so
+    a read_committed read of its record (a Kafka client's, without bounds) is an aborted
+    read; under read_uncommitted it is not."""
+    kafka_poll = poll({"b-0": [[3, 6]]}, proc="k1")
+    res = check([*CLEAN, kafka_poll])
+    assert res.counts.get("aborted-read") == 1, res.counts
+    assert res.anomalies["aborted-read"][0]["resolved_by_final"] is True
+    assert "aborted-read" not in kinds([*CLEAN, {**kafka_poll, "isolation":
+                                                 "read_uncommitted"}])
+
+
 def test_torn_transaction_in_full_read_and_incremental_poll() -> None:
     assert "torn-transaction" in kinds([*T1, poll({"a-0": [[0, 1]]}, mode="scan")])
     # incremental poll read a-0 only, but b-0's half sits at the snapshot's LSO

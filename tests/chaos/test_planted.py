@@ -604,3 +604,75 @@ def test_read_below_log_start_is_caught(planted: bool, tmp_path: Path,
         assert "read-below-log-start" in found, found
     else:
         assert found == {}
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "gateway_fetch_ignores_lso"])
+def test_gateway_fetch_ignores_lso_is_an_aborted_read(planted: bool, tmp_path: Path) -> None:
+    """Kafka clients through the gateway (issue 18): a librdkafka transactional producer's
+    open transaction is in the log (HW > LSO); a librdkafka read_committed consumer polls;
+    the transaction aborts. The gateway must serve read_committed up to the LSO only; with
+    the planted bug it serves up to the HW and the consumer, which trusts the broker's
+    bound as Kafka clients do, returns the open transaction's records: aborted-read. The
+    history is recorded with kafka_workload's own poll format."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import Producer as CKProducer
+    from confluent_kafka import TopicPartition as CKTopicPartition
+    from gateway_proc import GatewayProc
+
+    from .kafka_workload import _poll_record
+
+    rec = Recorder(tmp_path)
+    root, proc = coordinator(tmp_path)
+    gw = GatewayProc(root, env={"TXNLOG_UNSAFE": "gateway_fetch_ignores_lso"} if planted
+                     else {})
+    try:
+        gw.wait_listening(60)
+        p = CKProducer({"bootstrap.servers": gw.bootstrap, "transactional.id": "K",
+                        "linger.ms": 0})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for value, partition in ((1, 0), (2, 1)):
+            rec.h.write("send", proc="K", txn="K:0", topic=TOPIC, partition=partition,
+                        key="k", value=value)
+            p.produce(TOPIC, str(value).encode(), key=b"k", partition=partition)
+        assert p.flush(30) == 0  # written, not committed: HW > LSO
+        proc.client().stable(publish=True)  # as any other transaction's completion would
+        c = CKConsumer({"bootstrap.servers": gw.bootstrap, "group.id": "g",
+                        "isolation.level": "read_committed", "enable.auto.commit": False})
+        c.assign([CKTopicPartition(TOPIC, 0, 0), CKTopicPartition(TOPIC, 1, 0)])
+        reads: dict[str, list[list[int]]] = {}
+        t0 = time.time()
+        deadline = time.monotonic() + 8  # the planted read comes at once; the safe one never
+        while time.monotonic() < deadline and sum(map(len, reads.values())) < 2:
+            for m in c.consume(10, 0.5):
+                if m.error() is None:
+                    reads.setdefault(f"{m.topic()}-{m.partition()}", []).append(
+                        [m.offset(), int(m.value())])
+        c.close()
+        rec.h.write("poll", proc="kc", mode="poll", **_poll_record(reads, t0))
+        p.abort_transaction(30)
+        rec.h.write("abort", proc="K", txn="K:0", outcome="ok")
+        rec.final(root)
+    finally:
+        gw.stop()
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "aborted-read" in found, found
+    else:
+        assert found == {}
+
+
+@pytest.mark.slow
+def test_the_harness_catches_a_gateway_bug(tmp_path: Path) -> None:
+    """The chaos harness's gateway class (Kafka clients through a gateway killed and
+    restarted) reports the planted gateway bug, from the Kafka consumers' reads."""
+    from .run import PROFILES, run_all
+
+    (res,) = run_all(["gateway-kill"], ["file"], PROFILES["short"], tmp_path, seed=5,
+                     unsafe="gateway_fetch_ignores_lso", log=print)
+    assert res.error is None, res.error
+    assert "aborted-read" in res.anomalies, res
+    # seen by the Kafka consumers (c<N>-g<gen> librdkafka, c<N>-i<n> kafka-python)
+    assert any("-g" in ex["proc"] or "-i" in ex["proc"]
+               for ex in res.examples["aborted-read"]), res.examples
