@@ -20,6 +20,15 @@ same way:
 
 Stored batches keep the client's epoch (verbatim); markers carry the coordinator's, which is
 never lower — as in Kafka after a bump. Readers match aborted ranges by producer id only.
+
+A transaction the coordinator aborts by itself (``transaction.timeout.ms`` passed) also
+bumps the epoch, which the client does not see. Mapping its next requests to the current
+epoch would put the rest of its transaction in a new one: a commit would then make only
+that tail visible, and a retried batch would be stored twice. So, as Kafka answers a
+producer whose transaction the coordinator timed out, its requests get
+InvalidProducerEpoch until it acknowledges the abort — with EndTxn(abort), answered with
+success, or with InitProducerId (KIP-360's bump). The acknowledgement is logged (the third
+field of ``kafka_client``), so it survives a restart.
 """
 
 from __future__ import annotations
@@ -58,16 +67,41 @@ class KafkaClients:
         instance itself, which must be the current one)."""
         if pid >= 0:
             have = self.clients.get(tid)
-            if have is None or have != [pid, epoch]:
+            if have is None or have[:2] != [pid, epoch]:
                 raise ProducerFencedError(
                     f"{tid!r}: producer {pid} epoch {epoch} is not the current instance")
         r = await self.e.init_producer_id(tid, timeout_ms)
-        await self.e.commits.commit([LogRecord("kafka_client", {
-            "id": tid, "tid": tid, "pid": r["producer_id"], "epoch": r["epoch"]})])
+        await self._record(tid, r["producer_id"], r["epoch"])
         return r
+
+    async def _record(self, tid: str, pid: int, epoch: int) -> None:
+        """Log the client's (pid, epoch) and that it knows of every transaction end so far."""
+        txn = self.e.state.txns[tid]
+        await self.e.commits.commit([LogRecord("kafka_client", {
+            "id": tid, "tid": tid, "pid": pid, "epoch": epoch, "acked": txn.epoch})])
+
+    def timed_out(self, tid: str, pid: int) -> bool:
+        """Whether the coordinator aborted the client's transaction on its own (a timeout)
+        and the client has not acknowledged it yet (see the module doc)."""
+        txn = self.e.state.txns.get(tid)
+        have = self.clients.get(tid)
+        last = txn.last if txn is not None else None
+        return (txn is not None and have is not None and last is not None
+                and txn.state.is_complete and last.get("reason") == "timeout"
+                and last.get("pid") == pid and have[2] != txn.epoch)
 
     def translate(self, tid: str, pid: int, epoch: int) -> int:
         """The coordinator's epoch for a request of the client holding (pid, epoch)."""
+        coord_epoch = self._current_instance(tid, pid, epoch)
+        if self.timed_out(tid, pid):
+            raise InvalidProducerEpochError(
+                f"the transaction of {tid!r} was aborted after transaction.timeout.ms "
+                "without progress; abort it (or initialize again) before writing on")
+        return coord_epoch
+
+    def _current_instance(self, tid: str, pid: int, epoch: int) -> int:
+        """Check (pid, epoch) is the client instance InitProducerId handed out last; the
+        coordinator's current epoch of its id."""
         have = self.clients.get(tid)
         txn = self.e.state.txns.get(tid)
         if have is None or txn is None:
@@ -124,6 +158,12 @@ class KafkaClients:
         return await self.e.add_offsets(tid, pid, coord_epoch, group_id, offsets)
 
     async def end(self, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
+        if not commit and self.timed_out(tid, pid):
+            # The client aborts the transaction the coordinator already aborted: that is
+            # its answer (Kafka's too), and from now on it writes in the current epoch.
+            self._current_instance(tid, pid, epoch)
+            await self._record(tid, pid, epoch)
+            return {"outcome": "abort"}
         coord_epoch = self.translate(tid, pid, epoch)
         txn = self.e.state.txns.get(tid)
         last = txn.last if txn is not None else None

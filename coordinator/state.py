@@ -67,7 +67,8 @@ class CoordinatorState:
     # convert by that sweep; a root that has it needs no sweep at start).
     merge_swept: bool = False
     # Kafka clients' transactional ids: tid -> [producer id, the epoch InitProducerId gave
-    # the client], which it keeps across EndTxn (kafka_txn.py; record kind kafka_client)
+    # the client (it keeps it across EndTxn), the coordinator epoch at the client's last
+    # acknowledged transaction end] (kafka_txn.py; record kind kafka_client)
     kafka_clients: dict[str, list[int]] = field(default_factory=dict)
     # Per partition key of a compacted topic: its cleaner checkpoint and the compaction
     # under way (clean_state.py).
@@ -275,7 +276,9 @@ class CoordinatorState:
             self.group_offsets.pop(d["group"], None)
 
     def _apply_kafka_client(self, d: dict[str, Any]) -> None:
-        self.kafka_clients[d["tid"]] = [d["pid"], d["epoch"]]
+        # [pid, client epoch, coordinator epoch the client knows its transaction ended in]
+        # (the third: -1 in roots written before it; kafka_txn.KafkaClients.translate)
+        self.kafka_clients[d["tid"]] = [d["pid"], d["epoch"], d.get("acked", -1)]
 
     def _apply_txn(self, d: dict[str, Any]) -> None:
         tid = d["tid"]
@@ -476,7 +479,7 @@ class CoordinatorState:
         st.unreplicated = [UnreplicatedTxn.from_json(e) for e in s.get("held", [])]
         st.merges = {k: PartitionMerges.from_json(v) for k, v in s.get("merges", {}).items()}
         st.merge_swept = bool(s.get("merge_swept"))
-        st.kafka_clients = {k: list(v) for k, v in s.get("kafka_clients", {}).items()}
+        st.kafka_clients = {k: [*v, -1][:3] for k, v in s.get("kafka_clients", {}).items()}
         st.cleanings = {k: PartitionCleaning.from_json(v)
                         for k, v in s.get("cleanings", {}).items()}
         log_retention.restore_retention(st, s)

@@ -19,8 +19,12 @@ from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc
 from txnlog import TransactionalProducer
+from txnlog.coordinator.errors import InvalidProducerEpochError
+from txnlog.coordinator.state import CoordinatorState
+from txnlog.coordinator.txn_log import recover
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.layout import TopicPartition
+from txnlog.log_format.storage import Storage
 
 N = 120
 
@@ -145,3 +149,49 @@ def test_a_retried_end_txn_gets_the_first_answer(gw: tuple[str, CoordinatorProc,
     p.commit_transaction(30)
     values = _values(root, "ctp-out", "read_committed")
     assert values.count("retried-end-0") == 1 and values.count("retried-end-1") == 1
+
+
+def test_a_transaction_the_coordinator_timed_out_is_not_continued(
+        gw: tuple[str, CoordinatorProc, GatewayProc]) -> None:
+    """The coordinator aborts a Kafka client's transaction after transaction.timeout.ms and
+    bumps the epoch, which the client does not see. Its next batch must not land in a new
+    transaction at the bumped epoch (its commit would then show only the transaction's
+    tail, and a retried batch twice): as from Kafka, it gets InvalidProducerEpoch until it
+    aborts; the abort succeeds, and the next transaction goes on."""
+    root, coord, _gateway = gw
+    client = coord.client()
+    tid = "timed-out"
+    r = client.call("kafka_init_producer_id", {"transactional_id": tid,
+                                               "transaction_timeout_ms": 1000,
+                                               "producer_id": -1, "epoch": -1})
+    body = {"transactional_id": tid, "producer_id": r["producer_id"], "epoch": r["epoch"]}
+
+    def reserve(seq: int) -> int:
+        out = client.call("kafka_reserve", {**body, "partitions": [
+            {"topic": "ctp-out", "partition": 1, "base_sequence": seq, "count": 1}]})
+        return int(out["partitions"][0]["base_offset"])
+
+    reserve(0)  # opens the transaction at the coordinator
+    deadline = time.monotonic() + 60
+    while client.describe_txn(tid)["state"] != "CompleteAbort":
+        assert time.monotonic() < deadline, client.describe_txn(tid)
+        time.sleep(0.2)
+    with pytest.raises(InvalidProducerEpochError, match=r"transaction\.timeout\.ms"):
+        reserve(1)
+    with pytest.raises(InvalidProducerEpochError):
+        client.call("kafka_end_txn", {**body, "commit": True})
+    with pytest.raises(InvalidProducerEpochError):
+        client.call("kafka_txn_check", body)
+    assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
+    # acknowledged: the client's next transaction (its sequences go on) opens and ends as
+    # usual (aborted here: only offsets were reserved, nothing written, so no commit)
+    assert reserve(2) >= 0
+    assert client.describe_txn(tid)["state"] == "Ongoing"
+    assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
+    # the acknowledgement is in the log: the state a restarted coordinator loads agrees
+    recovered = recover(Storage.for_url(root))
+    state = CoordinatorState()
+    state.load(recovered.snapshot, recovered.records)
+    assert state.kafka_clients[tid][:2] == [r["producer_id"], r["epoch"]]
+    assert state.kafka_clients[tid][2] == state.txns[tid].epoch - 1  # acked, then one more
+    assert state.txns[tid].last["reason"] == "client"
