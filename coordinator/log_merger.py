@@ -220,7 +220,9 @@ class LogMerger:
         if not self.published():
             return done  # no LSO of this coordinator's yet: nothing is known to be below it
         for key, pm in list(self.state.merges.items()):
-            if self.enabled and pm.planned is not None and key not in self.refused:
+            # A planned merge is finished even with --no-merge: it is in the log (a
+            # predecessor's), and retention and compaction of the partition wait for it.
+            if pm.planned is not None and key not in self.refused:
                 await self._guarded(key, self._finish(pm.planned))
                 done += 1
         for hook in self.hooks:

@@ -179,6 +179,26 @@ def test_a_restart_mid_merge_finishes_it_with_the_same_bytes(file_root: str,
     assert values(storage, "r") == committed + more
 
 
+def test_a_planned_merge_is_finished_with_merging_off(file_root: str) -> None:
+    """--no-merge starts no merge, but one its predecessor planned is in the log: it is
+    finished (retention and compaction of the partition wait for it; found by the suite: a
+    DeleteRecords on a --no-merge coordinator waited forever behind such a plan)."""
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root, "--no-merge") as proc:
+        CoordinatorClient(proc.endpoint).create_topic("p", 1, {"segment.bytes": "1500"})
+        committed = write(file_root, proc.endpoint, "p", 40)
+    dying = CoordinatorProc(file_root, extra=FAST, faults="after_merge_plan:1")
+    dying.proc.wait(60)
+    assert dying.proc.returncode == -9, dying.log_tail()
+    dying.stop()
+    assert read_latest_manifest(storage, "p", 0) is None  # planned, nothing published
+    with coordinator(file_root, "--no-merge") as again:
+        man = wait_manifest(storage, "p", 1)
+        assert "stopped:" not in again.log_text()
+    assert man.seq == 1  # the one planned merge, and no other started
+    assert values(storage, "p") == committed
+
+
 def test_a_root_written_without_merging_is_converted_while_serving(file_root: str) -> None:
     storage = Storage.for_url(file_root)
     with coordinator(file_root, "--no-merge") as proc:
