@@ -103,11 +103,26 @@ def recover(storage: Storage, fetch_threads: int = 32) -> Recovered:
             raise KafkaStorageError(
                 f"{TRANSACTION_STATE_DIR} has a gap: expected an object at offset {offset}, "
                 f"found {base}")
-        for batch in decode_batches(data, source=txn_state_log_path(base)):
-            records.extend(from_kafka_record(r) for r in batch.records)
-            offset = batch.header.next_offset
+        offset = _decode_object(base, data, records)
     return Recovered(state, records, offset, snaps, objects=len(todo),
                      seconds=time.monotonic() - t0)
+
+
+def _moved_on(ahead: str, base: int) -> FencedError:
+    """The takeover at ``base`` reused a pruned offset: the log had moved on to ``ahead``."""
+    return FencedError(
+        f"fenced: {TRANSACTION_STATE_DIR} had moved on to {ahead} while this coordinator was "
+        f"loading (its takeover at offset {base} reused a pruned offset); another "
+        "coordinator is serving")
+
+
+def _decode_object(base: int, data: bytes, into: list[LogRecord]) -> int:
+    """Append the records of the log object at ``base`` to ``into``; the offset after it."""
+    offset = base
+    for batch in decode_batches(data, source=txn_state_log_path(base)):
+        into.extend(from_kafka_record(r) for r in batch.records)
+        offset = batch.header.next_offset
+    return offset
 
 
 class TxnLog:
@@ -305,11 +320,7 @@ class TxnLog:
                     raise
                 return
             if ahead is not None:
-                exc = FencedError(
-                    f"fenced: {TRANSACTION_STATE_DIR} had moved on to {ahead} while this "
-                    "coordinator was "
-                    f"loading (its takeover at offset {base} reused a pruned offset); "
-                    "another coordinator is serving")
+                exc = _moved_on(ahead, base)
                 log.critical("%s", exc)
                 self._fail(exc, batch)
                 return
@@ -324,13 +335,18 @@ class TxnLog:
             if fut is not None and not fut.done():
                 fut.set_result(None)
         if snapshot is not None:
-            self._since_snapshot = 0
-            self._objects_since_snapshot = 0
-            self._snapshot_now = False
-            self._snapshot_bytes = len(snapshot)
-            self._last_snapshot_t = time.monotonic()
-            self._snapshot_task = asyncio.get_running_loop().create_task(
-                self._write_snapshot(self.next_offset, snapshot))
+            self._start_snapshot(snapshot)
+
+    def _start_snapshot(self, snapshot: bytes) -> None:
+        """Write ``snapshot`` (the state at ``next_offset``) in the background; the counts
+        towards the next one start again."""
+        self._since_snapshot = 0
+        self._objects_since_snapshot = 0
+        self._snapshot_now = False
+        self._snapshot_bytes = len(snapshot)
+        self._last_snapshot_t = time.monotonic()
+        self._snapshot_task = asyncio.get_running_loop().create_task(
+            self._write_snapshot(self.next_offset, snapshot))
 
     async def _put(self, path: str, data: bytes) -> bool:
         """put-if-absent with extra retries around storage errors (same bytes, same name);
@@ -398,10 +414,7 @@ class TxnLog:
                 raise NotCoordinatorError(f"coordinator log write failed, stopping: {exc}") \
                     from exc
             if ahead is not None:
-                exc = FencedError(
-                    f"fenced: {TRANSACTION_STATE_DIR} had moved on to {ahead} while this "
-                    f"coordinator was loading (its takeover at offset {base} reused a pruned "
-                    "offset); another coordinator is serving")
+                exc = _moved_on(ahead, base)
                 log.critical("%s", exc)
                 self._fail(exc, [])
                 raise exc
@@ -414,13 +427,8 @@ class TxnLog:
             self._since_snapshot += 1
             self._objects_since_snapshot += 1
             if self._snapshot_now:
-                snapshot = json.dumps(self._snapshot_fn(), separators=(",", ":")).encode()
-                self._snapshot_now = False
-                self._since_snapshot = self._objects_since_snapshot = 0
-                self._snapshot_bytes = len(snapshot)
-                self._last_snapshot_t = time.monotonic()
-                self._snapshot_task = loop.create_task(
-                    self._write_snapshot(self.next_offset, snapshot))
+                self._start_snapshot(
+                    json.dumps(self._snapshot_fn(), separators=(",", ":")).encode())
             return rec
         exc = FencedError(
             f"fenced: {TRANSACTION_STATE_DIR} moved on at each of {attempts} takeover "
@@ -440,10 +448,7 @@ class TxnLog:
         for b in bases:
             if b != offset:
                 break
-            for batch in decode_batches(self.storage.get(txn_state_log_path(b)),
-                                        source=txn_state_log_path(b)):
-                records.extend(from_kafka_record(r) for r in batch.records)
-                offset = batch.header.next_offset
+            offset = _decode_object(b, self.storage.get(txn_state_log_path(b)), records)
         if offset == base:
             raise FencedError(
                 f"fenced: {TRANSACTION_STATE_DIR} offset {base} was written and pruned "

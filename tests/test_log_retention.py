@@ -78,6 +78,19 @@ def values(storage: Storage, topic: str, start: int | None = None) -> list[str]:
     return [v.decode().rstrip(".") for v in table.column("value").to_pylist()]
 
 
+def recreate(client: CoordinatorClient, topic: str) -> None:
+    """Create ``topic`` (1 partition) again once its deletion is finished: until then
+    CreateTopics is refused as marked for deletion, and nothing else."""
+    def created() -> bool:
+        try:
+            client.create_topic(topic, 1)
+            return True
+        except Exception as exc:  # marked for deletion until its objects are gone
+            assert "marked for deletion" in str(exc), exc
+            return False
+    wait_for("re-created", created)
+
+
 def test_choose_drop_follows_kafkas_three_predicates() -> None:
     """Kafka's deleteRetentionMsBreachedSegments / deleteRetentionSizeBreachedSegments /
     deleteLogStartOffsetBreachedSegments on closed segments (level 0), oldest first, each a
@@ -282,15 +295,7 @@ def test_delete_topic_and_recreate_never_shows_the_predecessor(every_root: str) 
             read_topic(storage, "x")
         with pytest.raises(UnknownTopicOrPartitionError):
             client.delete_topic("x")
-
-        def recreated() -> bool:
-            try:
-                client.create_topic("x", 1)
-                return True
-            except Exception as exc:  # marked for deletion until its objects are gone
-                assert "marked for deletion" in str(exc), exc
-                return False
-        wait_for("re-created", recreated)
+        recreate(client, "x")
         # every object of the predecessor is gone (a fresh manifest names the new start)
         n, _ = tree_bytes(storage, "x")
         assert n == 1 and tree_bytes_of(storage, "x", 1) == 0
@@ -507,15 +512,7 @@ def test_a_restart_mid_delete_topic_finishes_it(file_root: str) -> None:
     dying.stop()
     with coordinator(file_root) as again:
         client = CoordinatorClient(again.endpoint)
-
-        def recreated() -> bool:
-            try:
-                client.create_topic("z", 1)
-                return True
-            except Exception as exc:  # marked for deletion until its delete is finished
-                assert "marked for deletion" in str(exc), exc
-                return False
-        wait_for("re-created", recreated)
+        recreate(client, "z")
         write(file_root, again.endpoint, "z", 2, start=500)
         assert values(storage, "z") == ["v000500", "v000501"]
         assert "stopped:" not in again.log_text()
