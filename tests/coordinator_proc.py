@@ -14,13 +14,58 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 
 
-class CoordinatorProc:
+class ServerProcess:
+    """A txnlog server process of a test (coordinator, gateway): its own session, its
+    output in ``log_path``, stopped by its PID (SIGTERM, then SIGKILL after 30 s)."""
+
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    _log: Any
+    tail_lines = 30
+
+    def _spawn(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int | None = None) -> str:
+        return "\n".join(self.log_text().splitlines()[-(n or self.tail_lines):])
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+        return self.proc.returncode
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class CoordinatorProc(ServerProcess):
     def __init__(self, root: str, *, faults: str | None = None, log_path: Path | None = None,
                  extra: list[str] | None = None, register: bool = True) -> None:
         self.root = root
@@ -32,10 +77,8 @@ class CoordinatorProc:
                 "--port", "0", "--log-level", "DEBUG", *(extra or [])]
         if not register:
             args.append("--no-register")
-        self.log_path = log_path or Path(f"/tmp/txnlog-coord-test-{os.getpid()}-{id(self)}.log")
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self._spawn(args, env, log_path
+                    or Path(f"/tmp/txnlog-coord-test-{os.getpid()}-{id(self)}.log"))
         self.endpoint: str | None = None
 
     @property
@@ -63,34 +106,6 @@ class CoordinatorProc:
         assert self.endpoint is not None
         return CoordinatorClient(self.endpoint, **kw)
 
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def log_tail(self, n: int = 30) -> str:
-        return "\n".join(self.log_text().splitlines()[-n:])
-
-    def wait(self, timeout: float = 30.0) -> int:
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log.close()
-        return self.proc.returncode
-
     def __enter__(self) -> CoordinatorProc:
         self.wait_healthy()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
