@@ -29,6 +29,21 @@ producer whose transaction the coordinator timed out, its requests get
 InvalidProducerEpoch until it acknowledges the abort — with EndTxn(abort), answered with
 success, or with InitProducerId (KIP-360's bump). The acknowledgement is logged (the third
 field of ``kafka_client``), so it survives a restart.
+
+**Late requests of an ended transaction.** A gateway may still be working on a Produce
+(retrying its Reserve while the coordinator restarts) after the client gave up on it, ended
+the transaction and moved on. Mapped to the current epoch, that late batch would join the
+client's *next* transaction. (A chaos run stored an aborted batch twice this way: the late
+Reserve came between the client's EndTxn(abort) and its epoch bump.) As Kafka's brokers
+verify a Produce against the transaction (KIP-890 part 1), two checks refuse it:
+
+- AddPartitionsToTxn and AddOffsetsToTxn open the client's transaction (Ongoing, logged,
+  as Kafka's coordinator does), and a Reserve or TxnOffsetCommit needs it open:
+  between an EndTxn and the next AddPartitionsToTxn, they get InvalidTxnState;
+- a partition's first batch in a new transaction may not carry a sequence the same client
+  instance already used there (its sequences only go forward until an epoch bump): a late
+  batch arriving after the next AddPartitionsToTxn gets OutOfOrderSequence. (This one is
+  in memory; after a restart only the first check stands.)
 """
 
 from __future__ import annotations
@@ -37,8 +52,10 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     ProducerFencedError,
 )
@@ -57,6 +74,8 @@ class KafkaClients:
         self.e = coordinator
         # (producer id, coordinator epoch, "t-p") -> the client sequence of coordinator seq 0
         self.seq_base: dict[tuple[int, int, str], int] = {}
+        # (producer id, client epoch, "t-p") -> the end of the client sequences written there
+        self.seq_end: dict[tuple[int, int, str], int] = {}
 
     @property
     def clients(self) -> dict[str, list[int]]:
@@ -72,6 +91,8 @@ class KafkaClients:
                     f"{tid!r}: producer {pid} epoch {epoch} is not the current instance")
         r = await self.e.init_producer_id(tid, timeout_ms)
         await self._record(tid, r["producer_id"], r["epoch"])
+        for slot in [s for s in self.seq_end if s[0] in (pid, r["producer_id"])]:
+            del self.seq_end[slot]  # a new instance or epoch: its sequences start again
         return r
 
     async def _record(self, tid: str, pid: int, epoch: int) -> None:
@@ -124,12 +145,33 @@ class KafkaClients:
         """AddPartitionsToTxn / AddOffsetsToTxn: the client may write into its transaction
         (the partitions join it at their Reserve)."""
         coord_epoch = self.translate(tid, pid, epoch)
+        await self._open(tid)
         await self.e.heartbeat(tid, pid, coord_epoch)
         return {"epoch": coord_epoch}
+
+    async def _open(self, tid: str) -> None:
+        """Open the client's transaction (Kafka's AddPartitionsToTxn moves it to Ongoing)."""
+        txn = self.e.state.txns[tid]
+        if txn.state is TxnState.ONGOING:
+            await self.e.commits.sync()
+            return
+        if txn.completing or txn.state.is_prepare:
+            raise ConcurrentTransactionsError(f"{tid!r} is completing its transaction")
+        await self.e.commits.commit([txn.transition_record(TxnState.ONGOING)])
+
+    def _require_open(self, tid: str, what: str) -> None:
+        """A Reserve or TxnOffsetCommit only joins a transaction the client opened (see the
+        module doc: otherwise it is a late request of one that has ended)."""
+        if self.e.state.txns[tid].state is not TxnState.ONGOING:
+            raise InvalidTxnStateError(
+                f"{tid!r} has no open transaction: {what} must follow AddPartitionsToTxn / "
+                "AddOffsetsToTxn (a late retry of an ended transaction is refused)")
 
     async def reserve(self, tid: str, pid: int, epoch: int,
                       parts: list[dict[str, Any]]) -> dict[str, Any]:
         coord_epoch = self.translate(tid, pid, epoch)
+        self._require_open(tid, "a Produce")
+        client_epoch = self.clients[tid][1]
         ps = self.e.state.producers.get(pid)
         mapped = []
         for part in parts:
@@ -141,6 +183,11 @@ class KafkaClients:
                     raise OutOfOrderSequenceError(
                         f"{tid!r} partition {key}: the coordinator restarted during this "
                         "transaction; abort it and retry")
+                used = self.seq_end.get((pid, client_epoch, key), 0)
+                if part["base_sequence"] < used:
+                    raise OutOfOrderSequenceError(
+                        f"{tid!r} partition {key}: sequence {part['base_sequence']} belongs "
+                        f"to an earlier transaction (this producer has written up to {used})")
                 base = part["base_sequence"]
             seq = part["base_sequence"] - base
             if seq < 0:
@@ -150,11 +197,16 @@ class KafkaClients:
             mapped.append({**part, "base_sequence": seq})
             self.seq_base.setdefault(slot, base)
         out = await self.e.reserve(pid, coord_epoch, mapped)
+        for part in parts:
+            slot2 = (pid, client_epoch, partition_key(part["topic"], part["partition"]))
+            self.seq_end[slot2] = max(self.seq_end.get(slot2, 0),
+                                      part["base_sequence"] + part["count"])
         return {"partitions": out, "epoch": coord_epoch}
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str,
                           offsets: list[dict[str, Any]]) -> dict[str, Any]:
         coord_epoch = self.translate(tid, pid, epoch)
+        self._require_open(tid, "a TxnOffsetCommit")
         return await self.e.add_offsets(tid, pid, coord_epoch, group_id, offsets)
 
     async def end(self, tid: str, pid: int, epoch: int, commit: bool) -> dict[str, Any]:
@@ -174,8 +226,8 @@ class KafkaClients:
             # epoch after the bump, and the transaction it committed is ``last`` (nothing
             # was written since: CompleteCommit, not Ongoing). Kafka answers such a retry
             # with success; INVALID_TXN_STATE is fatal to librdkafka. (An abort here is the
-            # abort of a new transaction that wrote nothing — AddPartitionsToTxn does not
-            # open one at the coordinator — and is answered as before: success.)
+            # abort of a new transaction that wrote nothing, and is answered as before:
+            # success.)
             await self.e.commits.sync()
             txn.late_end("commit", last)
             return {"outcome": "commit"}

@@ -19,7 +19,11 @@ from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc
 from txnlog import TransactionalProducer
-from txnlog.coordinator.errors import InvalidProducerEpochError
+from txnlog.coordinator.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+)
 from txnlog.coordinator.state import CoordinatorState
 from txnlog.coordinator.txn_log import recover
 from txnlog.log_format.consumer import Consumer
@@ -171,7 +175,8 @@ def test_a_transaction_the_coordinator_timed_out_is_not_continued(
             {"topic": "ctp-out", "partition": 1, "base_sequence": seq, "count": 1}]})
         return int(out["partitions"][0]["base_offset"])
 
-    reserve(0)  # opens the transaction at the coordinator
+    client.call("kafka_txn_check", body)  # AddPartitionsToTxn opens the transaction
+    reserve(0)
     deadline = time.monotonic() + 60
     while client.describe_txn(tid)["state"] != "CompleteAbort":
         assert time.monotonic() < deadline, client.describe_txn(tid)
@@ -185,6 +190,7 @@ def test_a_transaction_the_coordinator_timed_out_is_not_continued(
     assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
     # acknowledged: the client's next transaction (its sequences go on) opens and ends as
     # usual (aborted here: only offsets were reserved, nothing written, so no commit)
+    client.call("kafka_txn_check", body)
     assert reserve(2) >= 0
     assert client.describe_txn(tid)["state"] == "Ongoing"
     assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
@@ -195,3 +201,63 @@ def test_a_transaction_the_coordinator_timed_out_is_not_continued(
     assert state.kafka_clients[tid][:2] == [r["producer_id"], r["epoch"]]
     assert state.kafka_clients[tid][2] == state.txns[tid].epoch - 1  # acked, then one more
     assert state.txns[tid].last["reason"] == "client"
+
+
+def test_a_late_produce_of_an_ended_transaction_joins_no_other(
+        gw: tuple[str, CoordinatorProc, GatewayProc]) -> None:
+    """A gateway can still be retrying a Produce's Reserve (its coordinator restarting) after
+    the client gave up on it, aborted the transaction and moved on. Mapped to the current
+    epoch, that late batch joined the client's next transaction: a chaos run
+    (gateway-coordinator-kill on S3) stored an aborted batch twice, the late copy between
+    the client's EndTxn(abort) and its epoch bump; for a client that does not bump, the next
+    commit would show it. As KIP-890's produce verification, the late Reserve is refused
+    (before the next AddPartitionsToTxn: InvalidTxnState; after it: OutOfOrderSequence), as
+    is a late TxnOffsetCommit, and the client's next transaction goes on."""
+    _root, coord, _gateway = gw
+    client = coord.client()
+    tid = "late-produce"
+    r = client.call("kafka_init_producer_id", {"transactional_id": tid,
+                                               "transaction_timeout_ms": 60000,
+                                               "producer_id": -1, "epoch": -1})
+    body = {"transactional_id": tid, "producer_id": r["producer_id"], "epoch": r["epoch"]}
+
+    def reserve(seq: int, count: int = 2) -> int:
+        out = client.call("kafka_reserve", {**body, "partitions": [
+            {"topic": "ctp-out", "partition": 0, "base_sequence": seq, "count": count}]})
+        return int(out["partitions"][0]["base_offset"])
+
+    def offsets(offset: int) -> None:
+        client.call("kafka_add_offsets", {**body, "group_id": "late-group", "offsets": [
+            {"topic": "ctp-in", "partition": 0, "offset": offset}]})
+
+    # a Produce without AddPartitionsToTxn joins nothing
+    with pytest.raises(InvalidTxnStateError, match="AddPartitionsToTxn"):
+        reserve(0)
+    client.call("kafka_txn_check", body)
+    first = reserve(0)
+    assert reserve(0) == first  # a retry in the same transaction: the same offsets
+    offsets(5)
+    assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
+    # late copies of the ended transaction's requests, before the next AddPartitionsToTxn
+    with pytest.raises(InvalidTxnStateError):
+        reserve(0)
+    with pytest.raises(InvalidTxnStateError):
+        offsets(5)
+    assert client.describe_txn(tid)["state"] == "CompleteAbort"  # nothing opened by them
+    # ... and after it: the client's sequences only go forward, so seq 0 is a late copy
+    client.call("kafka_txn_check", body)
+    with pytest.raises(OutOfOrderSequenceError, match="earlier transaction"):
+        reserve(0)
+    nxt = reserve(2)  # the client's own next batch (its sequences go on)
+    assert nxt > first
+    assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"
+    # an epoch bump (KIP-360, as librdkafka does after a timed-out batch) starts sequences
+    # at 0 again, and its transaction commits as usual
+    r2 = client.call("kafka_init_producer_id", {**body, "transaction_timeout_ms": 60000})
+    assert (r2["producer_id"], r2["epoch"]) != (r["producer_id"], r["epoch"])
+    body.update(producer_id=r2["producer_id"], epoch=r2["epoch"])
+    with pytest.raises(InvalidTxnStateError):
+        reserve(0)
+    client.call("kafka_txn_check", body)
+    assert reserve(0) > nxt
+    assert client.call("kafka_end_txn", {**body, "commit": False})["outcome"] == "abort"

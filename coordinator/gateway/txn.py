@@ -3,9 +3,11 @@ AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn.
 
 Each is forwarded to the coordinator's ``kafka_txn`` role, which translates the client's
 epoch (kept across transactions, as Kafka clients before EndTxn v5 do) and sequences to the
-coordinator's, so any gateway serves any request of a transaction. Partitions join the
-transaction at their first Reserve (AddPartitionsToTxn checks that the producer is current
-and the topic exists); TxnOffsetCommit writes the group's offsets into the transaction
+coordinator's, so any gateway serves any request of a transaction. AddPartitionsToTxn and
+AddOffsetsToTxn open the transaction at the coordinator (and check that the producer is
+current and the topic exists); partitions join it at their first Reserve, which, like
+TxnOffsetCommit, is refused while none is open (a late retry of an ended transaction).
+TxnOffsetCommit writes the group's offsets into the transaction
 through the group offsets path, so they commit or abort with it (Kafka's
 sendOffsetsToTransaction), and are the offsets OffsetFetch and Spark read once committed.
 """
