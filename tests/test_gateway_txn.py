@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException
@@ -55,6 +56,24 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Coordina
     finally:
         gateway.stop()
         coord.stop()
+
+
+def _kafka_client(client: Any, tid: str, timeout_ms: int
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """InitProducerId as a gateway asks it for a Kafka client: the answer, and the
+    (transactional id, producer id, epoch) body its later requests carry."""
+    r = client.call("kafka_init_producer_id", {"transactional_id": tid,
+                                               "transaction_timeout_ms": timeout_ms,
+                                               "producer_id": -1, "epoch": -1})
+    return r, {"transactional_id": tid, "producer_id": r["producer_id"], "epoch": r["epoch"]}
+
+
+def _kafka_reserve(client: Any, body: dict[str, Any], partition: int, seq: int,
+                   count: int) -> int:
+    """A gateway's Reserve of a Kafka client's batch in ``ctp-out``: its base offset."""
+    out = client.call("kafka_reserve", {**body, "partitions": [
+        {"topic": "ctp-out", "partition": partition, "base_sequence": seq, "count": count}]})
+    return int(out["partitions"][0]["base_offset"])
 
 
 def _values(root: str, topic: str, isolation: str) -> list[str]:
@@ -165,15 +184,10 @@ def test_a_transaction_the_coordinator_timed_out_is_not_continued(
     root, coord, _gateway = gw
     client = coord.client()
     tid = "timed-out"
-    r = client.call("kafka_init_producer_id", {"transactional_id": tid,
-                                               "transaction_timeout_ms": 1000,
-                                               "producer_id": -1, "epoch": -1})
-    body = {"transactional_id": tid, "producer_id": r["producer_id"], "epoch": r["epoch"]}
+    r, body = _kafka_client(client, tid, 1000)
 
     def reserve(seq: int) -> int:
-        out = client.call("kafka_reserve", {**body, "partitions": [
-            {"topic": "ctp-out", "partition": 1, "base_sequence": seq, "count": 1}]})
-        return int(out["partitions"][0]["base_offset"])
+        return _kafka_reserve(client, body, 1, seq, 1)
 
     client.call("kafka_txn_check", body)  # AddPartitionsToTxn opens the transaction
     reserve(0)
@@ -216,15 +230,10 @@ def test_a_late_produce_of_an_ended_transaction_joins_no_other(
     _root, coord, _gateway = gw
     client = coord.client()
     tid = "late-produce"
-    r = client.call("kafka_init_producer_id", {"transactional_id": tid,
-                                               "transaction_timeout_ms": 60000,
-                                               "producer_id": -1, "epoch": -1})
-    body = {"transactional_id": tid, "producer_id": r["producer_id"], "epoch": r["epoch"]}
+    r, body = _kafka_client(client, tid, 60000)
 
-    def reserve(seq: int, count: int = 2) -> int:
-        out = client.call("kafka_reserve", {**body, "partitions": [
-            {"topic": "ctp-out", "partition": 0, "base_sequence": seq, "count": count}]})
-        return int(out["partitions"][0]["base_offset"])
+    def reserve(seq: int) -> int:
+        return _kafka_reserve(client, body, 0, seq, 2)
 
     def offsets(offset: int) -> None:
         client.call("kafka_add_offsets", {**body, "group_id": "late-group", "offsets": [
