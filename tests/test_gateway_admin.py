@@ -513,3 +513,33 @@ def _list_groups_v4() -> Any:
     from kio.schema.list_groups.v4 import request as lg
 
     return lg.ListGroupsRequest(states_filter=())
+
+
+def test_without_a_coordinator_admin_requests_are_answered(gw: GW) -> None:
+    """Last in this module: the coordinator is stopped. Topic operations answer
+    NOT_CONTROLLER (admin clients retry), group ones COORDINATOR_NOT_AVAILABLE, and what
+    storage alone answers (DescribeConfigs) still works."""
+    import datetime
+
+    from kio.schema.create_topics.v7 import request as ct
+    from kio.schema.describe_configs.v4 import request as dc
+    from kio.schema.list_groups.v4 import request as lg
+
+    _root, coord, gateway = gw
+    port = gateway.port
+    assert port is not None
+    coord.client().create_topic("late-t", 1, {"retention.ms": "5000"})
+    coord.stop()
+    topics = tuple(ct.CreatableTopic(name=f"late-{i}", num_partitions=1, replication_factor=1,
+                                     assignments=(), configs=()) for i in range(3))
+    r = _request(port, 19, 7, ct.CreateTopicsRequest(
+        topics=topics, timeout=datetime.timedelta(seconds=30), validate_only=False))
+    assert [x.error_code.value for x in r.topics] == [41, 41, 41]
+    r = _request(port, 16, 4, lg.ListGroupsRequest(states_filter=()))
+    assert r.error_code.value == 15
+    r = _request(port, 32, 4, dc.DescribeConfigsRequest(resources=(
+        dc.DescribeConfigsResource(resource_type=2, resource_name="late-t",
+                                   configuration_keys=("retention.ms",)),),
+        include_synonyms=False, include_documentation=False))
+    assert [(c.name, c.value) for c in r.results[0].configs] == [("retention.ms", "5000")]
+    assert gateway.alive()

@@ -73,6 +73,26 @@ async def _call(backend: Backend, op: str, body: dict[str, Any]) -> Any:
     return await backend.run(client.call, op, body)
 
 
+class _Calls:
+    """The coordinator calls of one request's items: once the coordinator is found
+    unreachable (after the client's retries), the remaining items get the same answer at
+    once instead of each waiting out the retries again."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.down: BaseException | None = None
+
+    async def __call__(self, op: str, body: dict[str, Any]) -> Any:
+        if self.down is not None:
+            raise self.down
+        try:
+            return await _call(self.backend, op, body)
+        except Exception as exc:
+            if E.code_of(exc) == E.NOT_COORDINATOR:
+                self.down = exc
+            raise
+
+
 def _too_many(n: int, what: str) -> _Refused | None:
     return _Refused(E.INVALID_REQUEST, f"at most {MAX_ITEMS} {what} per request, not {n}") \
         if n > MAX_ITEMS else None
@@ -96,6 +116,7 @@ def _topic_meta(backend: Backend, name: str) -> topics.TopicMeta | None:
 
 # ------------------------------------------------------------------------ CreateTopics
 async def create_topics(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    call = _Calls(backend)
     reqs = list(req.topics)
     dupes = _dupes([t.name for t in reqs])
     many = _too_many(len(reqs), "topics")
@@ -114,7 +135,7 @@ async def create_topics(backend: Backend, req: Any, version: int) -> dict[str, A
             if await backend.run(_topic_meta, backend, t.name) is not None:
                 raise _Refused(E.TOPIC_ALREADY_EXISTS, f"Topic '{t.name}' already exists.")
             if not req.validate_only:
-                meta = await _call(backend, "create_topic", {
+                meta = await call("create_topic", {
                     "name": t.name, "partitions": n, "config": cfg, "exist_ok": False})
                 n, cfg = int(meta["partitions"]), dict(meta["config"])
                 backend.forget_topic(t.name)
@@ -171,6 +192,7 @@ def _create_checks(t: Any) -> tuple[int, dict[str, str]]:
 
 # ------------------------------------------------------------------------ DeleteTopics
 async def delete_topics(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    call = _Calls(backend)
     if version >= 6:
         items = [(t.name, t.topic_id) for t in req.topics]
     else:
@@ -189,7 +211,7 @@ async def delete_topics(backend: Backend, req: Any, version: int) -> dict[str, A
                                                    "no ids; delete topics by name")
             if name in dupes:
                 raise _Refused(E.INVALID_REQUEST, f"topic {name!r} is named more than once")
-            await _call(backend, "delete_topic", {"name": name})
+            await call("delete_topic", {"name": name})
             backend.forget_topic(name)
         except Exception as exc:
             row["error_code"], row["error_message"] = _answer(exc, E.NOT_CONTROLLER)
@@ -199,6 +221,7 @@ async def delete_topics(backend: Backend, req: Any, version: int) -> dict[str, A
 
 # -------------------------------------------------------------------- CreatePartitions
 async def create_partitions(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    call = _Calls(backend)
     reqs = list(req.topics)
     dupes = _dupes([t.name for t in reqs])
     many = _too_many(len(reqs), "topics")
@@ -219,7 +242,7 @@ async def create_partitions(backend: Backend, req: Any, version: int) -> dict[st
             if int(t.count) < 1:
                 raise _Refused(E.INVALID_PARTITIONS, f"partition count {t.count} is not "
                                                      "positive")
-            await _call(backend, "create_partitions", {
+            await call("create_partitions", {
                 "name": t.name, "total": int(t.count),
                 "validate_only": bool(req.validate_only)})
             backend.forget_topic(t.name)
@@ -234,6 +257,7 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
     """One coordinator call for every partition the gateway found valid (the new log
     starts are logged together); if it fails, each is tried alone so the error lands on
     the partition that caused it."""
+    call = _Calls(backend)
     timeout_ms = min(max(ms(req.timeout), 0), 300_000)
     wanted = [(t.name, p.partition_index, p.offset) for t in req.topics for p in t.partitions]
     results: dict[tuple[str, int], tuple[int, int]] = {}  # (low watermark, error code)
@@ -253,7 +277,7 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
             valid.append((t, p, off))
 
     async def attempt(batch: list[tuple[str, int, int]]) -> None:
-        r = await _call(backend, "delete_records", {
+        r = await call("delete_records", {
             "partitions": [{"topic": t, "partition": p, "offset": o} for t, p, o in batch],
             "timeout_ms": timeout_ms})
         for row in r["partitions"]:
@@ -330,6 +354,7 @@ async def alter_configs(backend: Backend, req: Any, version: int) -> dict[str, A
 
 
 async def _alter(backend: Backend, req: Any, incremental: bool) -> dict[str, Any]:
+    call = _Calls(backend)
     many = _too_many(len(req.resources), "resources")
     dupes = _dupes([(r.resource_type, r.resource_name) for r in req.resources])
     out = []
@@ -349,14 +374,14 @@ async def _alter(backend: Backend, req: Any, incremental: bool) -> dict[str, Any
             if r.resource_type != TOPIC:
                 raise _Refused(E.INVALID_REQUEST, f"resource type {r.resource_type} is not "
                                                   "served (topics are)")
-            await _alter_topic(backend, r, incremental, bool(req.validate_only))
+            await _alter_topic(call, r, incremental, bool(req.validate_only))
         except Exception as exc:
             row["error_code"], row["error_message"] = _answer(exc, E.NOT_CONTROLLER)
         out.append(row)
     return {"throttle_time": 0, "responses": out}
 
 
-async def _alter_topic(backend: Backend, r: Any, incremental: bool, validate_only: bool
+async def _alter_topic(call: _Calls, r: Any, incremental: bool, validate_only: bool
                        ) -> None:
     """SET/DELETE go to the coordinator's alter_configs as they are; APPEND/SUBTRACT of a
     list config become a SET of the list the topic's current value gives (read from the
@@ -370,7 +395,7 @@ async def _alter_topic(backend: Backend, r: Any, incremental: bool, validate_onl
     needs_current = not incremental or any(op in (APPEND, SUBTRACT) for _, op, _ in ops)
     current: dict[str, str] = {}
     if needs_current:
-        current = dict((await _call(backend, "describe_topic", {"name": r.resource_name}))
+        current = dict((await call("describe_topic", {"name": r.resource_name}))
                        ["config"])
     set_cfg: dict[str, str] = {}
     delete: list[str] = []
@@ -400,8 +425,8 @@ async def _alter_topic(backend: Backend, r: Any, incremental: bool, validate_onl
             raise _Refused(E.INVALID_REQUEST, f"unknown config operation {op} for {name!r}")
     if not incremental:
         delete = [k for k in current if k not in set_cfg]
-    await _call(backend, "alter_configs", {"name": r.resource_name, "set": set_cfg,
-                                           "delete": delete, "validate_only": validate_only})
+    await call("alter_configs", {"name": r.resource_name, "set": set_cfg, "delete": delete,
+                                 "validate_only": validate_only})
 
 
 # ---------------------------------------------------------------------------- groups
@@ -421,15 +446,20 @@ async def list_groups(backend: Backend, req: Any, version: int) -> dict[str, Any
     return {"throttle_time": 0, "error_code": code, "groups": groups}
 
 
-async def _group_view(backend: Backend, group: str) -> tuple[dict[str, Any], bool]:
-    """(the group's live membership, whether it has committed or pending offsets)."""
-    live = await _call(backend, "describe_group", {"group_id": group})
-    listed = (await _call(backend, "list_groups", {}))["groups"]
-    return live, any(g["group_id"] == group for g in listed)
+async def _group_view(call: _Calls, group: str, listed: dict[str, Any]
+                      ) -> tuple[dict[str, Any], bool]:
+    """(the group's live membership, whether it has committed or pending offsets);
+    ``listed`` caches ListGroups' rows for the request."""
+    live = await call("describe_group", {"group_id": group})
+    if "rows" not in listed:
+        listed["rows"] = {g["group_id"] for g in (await call("list_groups", {}))["groups"]}
+    return live, group in listed["rows"]
 
 
 async def describe_groups(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    call = _Calls(backend)
     many = _too_many(len(req.groups), "groups")
+    listed: dict[str, Any] = {}
     out = []
     for group in req.groups:
         row: dict[str, Any] = {"error_code": 0, "error_message": None, "group_id": group,
@@ -441,7 +471,7 @@ async def describe_groups(backend: Backend, req: Any, version: int) -> dict[str,
                 raise many
             if not group:
                 raise _Refused(E.INVALID_GROUP_ID, "the group id is empty")
-            live, has_offsets = await _group_view(backend, group)
+            live, has_offsets = await _group_view(call, group, listed)
             if live["members"]:
                 stable = live["state"] == "Stable"
                 row.update(group_state=live["state"],
@@ -471,6 +501,7 @@ def _delete_group_code(exc: BaseException) -> int:
 
 
 async def delete_groups(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    call = _Calls(backend)
     names = list(req.groups_names)
     many = _too_many(len(names), "groups")
     out = []
@@ -481,7 +512,7 @@ async def delete_groups(backend: Backend, req: Any, version: int) -> dict[str, A
                 raise many
             if not group:
                 raise _Refused(E.INVALID_GROUP_ID, "the group id is empty")
-            r = await _call(backend, "delete_group", {"group_id": group})
+            r = await call("delete_group", {"group_id": group})
             if not r["deleted"]:
                 code = E.GROUP_ID_NOT_FOUND
         except Exception as exc:
@@ -508,6 +539,7 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
 async def offset_delete(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     """Kafka's OffsetDelete: a partition of a topic the group's live members subscribe to
     is GROUP_SUBSCRIBED_TO_TOPIC; the others' offsets are deleted (one coordinator call)."""
+    call = _Calls(backend)
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
     codes = dict.fromkeys(wanted, 0)
     top = 0
@@ -516,7 +548,7 @@ async def offset_delete(backend: Backend, req: Any, version: int) -> dict[str, A
             raise _Refused(E.INVALID_GROUP_ID, "the group id is empty")
         if len(wanted) > 10 * MAX_ITEMS:
             raise _Refused(E.INVALID_REQUEST, "too many partitions")
-        live, has_offsets = await _group_view(backend, req.group_id)
+        live, has_offsets = await _group_view(call, req.group_id, {})
         if not live["members"] and not has_offsets:
             raise _Refused(E.GROUP_ID_NOT_FOUND, f"group {req.group_id!r} not found")
         subscribed: set[str] | None = set()
@@ -533,8 +565,7 @@ async def offset_delete(backend: Backend, req: Any, version: int) -> dict[str, A
             else:
                 todo.append({"topic": t, "partition": p})
         if todo:
-            await _call(backend, "delete_group", {"group_id": req.group_id,
-                                                  "partitions": todo})
+            await call("delete_group", {"group_id": req.group_id, "partitions": todo})
     except Exception as exc:
         top = _delete_group_code(exc)
     return {"throttle_time": 0, "error_code": top, "topics": [
@@ -575,6 +606,7 @@ async def list_transactions(backend: Backend, req: Any, version: int) -> dict[st
 
 
 async def describe_transactions(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    call = _Calls(backend)
     many = _too_many(len(req.transactional_ids), "transactional ids")
     out = []
     for tid in req.transactional_ids:
@@ -587,8 +619,8 @@ async def describe_transactions(backend: Backend, req: Any, version: int) -> dic
                 raise many
             if not tid:
                 raise _Refused(E.TRANSACTIONAL_ID_NOT_FOUND, "empty transactional id")
-            [x] = (await _call(backend, "describe_transactions",
-                               {"transactional_ids": [tid]}))["transactions"]
+            [x] = (await call("describe_transactions",
+                              {"transactional_ids": [tid]}))["transactions"]
             by_topic: dict[str, list[int]] = {}
             for key in x["partitions"]:
                 topic, _, p = key.rpartition("-")
