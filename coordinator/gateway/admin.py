@@ -642,9 +642,13 @@ async def describe_producers(backend: Backend, req: Any, version: int) -> dict[s
     wanted = [(t.name, p) for t in req.topics for p in t.partition_indexes]
     results: dict[tuple[str, int], dict[str, Any]] = {}
     valid = []
+    many = len(wanted) > 10 * MAX_ITEMS
     for t, p in wanted:
-        n = await backend.run(backend.partitions, t) if len(wanted) <= 10 * MAX_ITEMS \
-            else None
+        if many:
+            results[(t, p)] = {"error_code": E.INVALID_REQUEST,
+                               "error_message": f"at most {10 * MAX_ITEMS} partitions"}
+            continue
+        n = await backend.run(backend.partitions, t)
         if n is None or not 0 <= p < n:
             results[(t, p)] = {"error_code": E.UNKNOWN_TOPIC_OR_PARTITION,
                                "error_message": f"{t}-{p} does not exist"}
