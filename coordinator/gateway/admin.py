@@ -18,7 +18,6 @@ or any positive one is accepted and the topic answers as replicated once.
 from __future__ import annotations
 
 import logging
-import re
 import struct
 import uuid
 from collections import Counter
@@ -68,9 +67,13 @@ def _answer(exc: BaseException, unreachable: int) -> tuple[int, str]:
     return code, str(exc)[:1000]
 
 
-async def _call(backend: Backend, op: str, body: dict[str, Any]) -> Any:
-    client = backend.client
-    return await backend.run(client.call, op, body)
+async def _call(backend: Backend, op: str, body: dict[str, Any], held_s: float = 0.0
+                ) -> Any:
+    """A coordinator call on the ``waits`` pool (a slow or restarting coordinator never
+    holds the threads fetches read storage with); ``held_s``: the call may be held that
+    long by the coordinator (DeleteRecords waits for the new log start to be published)."""
+    client = backend.long_client(held_s) if held_s > 0 else backend.client
+    return await backend.wait(client.call, op, body)
 
 
 class _Calls:
@@ -82,11 +85,11 @@ class _Calls:
         self.backend = backend
         self.down: BaseException | None = None
 
-    async def __call__(self, op: str, body: dict[str, Any]) -> Any:
+    async def __call__(self, op: str, body: dict[str, Any], held_s: float = 0.0) -> Any:
         if self.down is not None:
             raise self.down
         try:
-            return await _call(self.backend, op, body)
+            return await _call(self.backend, op, body, held_s)
         except Exception as exc:
             if E.code_of(exc) == E.NOT_COORDINATOR:
                 self.down = exc
@@ -279,7 +282,7 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
     async def attempt(batch: list[tuple[str, int, int]]) -> None:
         r = await call("delete_records", {
             "partitions": [{"topic": t, "partition": p, "offset": o} for t, p, o in batch],
-            "timeout_ms": timeout_ms})
+            "timeout_ms": timeout_ms}, timeout_ms / 1000)
         for row in r["partitions"]:
             results[(row["topic"], row["partition"])] = (row["low_watermark"], 0)
 
@@ -584,21 +587,12 @@ async def list_transactions(backend: Backend, req: Any, version: int) -> dict[st
     duration = int(getattr(req, "duration_filter", -1))
     if duration >= 0:
         body["duration_ms"] = duration
-    pattern = getattr(req, "transactional_id_pattern", None)
     rows, code = [], 0
-    if given and not body["states"]:
-        pass  # only unknown states asked for: nothing matches
-    else:
+    if not given or body["states"]:  # only unknown states asked for: nothing matches
         try:
             rows = (await _call(backend, "list_transactions", body))["transactions"]
         except Exception as exc:
             code = _answer(exc, E.COORDINATOR_NOT_AVAILABLE)[0]
-    if pattern:
-        try:
-            rx = re.compile(pattern)
-            rows = [x for x in rows if rx.fullmatch(x["transactional_id"])]
-        except (re.error, RecursionError):
-            rows, code = [], E.INVALID_REGULAR_EXPRESSION
     return {"throttle_time": 0, "error_code": code, "unknown_state_filters": tuple(unknown),
             "transaction_states": [{"transactional_id": x["transactional_id"],
                                     "producer_id": x["producer_id"],
