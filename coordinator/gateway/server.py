@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..security import Credentials, read_token_file, server_ssl_context
-from . import admin, codec, consume, groups, produce, txn
+from . import admin, admin_groups, codec, consume, groups, produce, txn
 from . import errors as E
 from . import versions as V
 from .backend import Backend, GatewayConfig
@@ -60,13 +60,13 @@ HANDLERS: dict[int, Handler] = {
     V.DESCRIBE_CONFIGS: admin.describe_configs,
     V.ALTER_CONFIGS: admin.alter_configs,
     V.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
-    V.LIST_GROUPS: admin.list_groups,
-    V.DESCRIBE_GROUPS: admin.describe_groups,
-    V.DELETE_GROUPS: admin.delete_groups,
-    V.OFFSET_DELETE: admin.offset_delete,
-    V.DESCRIBE_PRODUCERS: admin.describe_producers,
-    V.DESCRIBE_TRANSACTIONS: admin.describe_transactions,
-    V.LIST_TRANSACTIONS: admin.list_transactions,
+    V.LIST_GROUPS: admin_groups.list_groups,
+    V.DESCRIBE_GROUPS: admin_groups.describe_groups,
+    V.DELETE_GROUPS: admin_groups.delete_groups,
+    V.OFFSET_DELETE: admin_groups.offset_delete,
+    V.DESCRIBE_PRODUCERS: admin_groups.describe_producers,
+    V.DESCRIBE_TRANSACTIONS: admin_groups.describe_transactions,
+    V.LIST_TRANSACTIONS: admin_groups.list_transactions,
 }
 
 
