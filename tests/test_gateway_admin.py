@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -544,8 +545,8 @@ def test_generated_admin_requests_are_answered(gw: GW) -> None:
         return body.map(lambda b: (key, version, b))
 
     @given(st.sampled_from(served).flatmap(request))
-    @settings(max_examples=150, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=int(os.environ.get("TXNLOG_ADMIN_FUZZ_EXAMPLES", "150")),
+              deadline=None, suppress_health_check=list(HealthCheck))
     def one(sent: tuple[int, int, Any]) -> None:
         key, version, body = sent
         # answered (the connection is not closed), to this request; not decoded here: kio
