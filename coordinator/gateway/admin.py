@@ -259,7 +259,7 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
     starts are logged together); if it fails, each is tried alone so the error lands on
     the partition that caused it."""
     call = _Calls(backend)
-    timeout_ms = min(max(ms(req.timeout), 0), 300_000)
+    timeout_ms = min(max(ms(req.timeout), 0), 120_000)  # a held call holds a thread
     wanted = [(t.name, p.partition_index, p.offset) for t in req.topics for p in t.partitions]
     results: dict[tuple[str, int], tuple[int, int]] = {}  # (low watermark, error code)
     many = len(wanted) > 10 * MAX_ITEMS
