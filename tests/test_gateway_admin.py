@@ -240,6 +240,8 @@ def test_confluent_admin_errors(gw: GW) -> None:
 
 # ------------------------------------------------------------------- consumer groups
 def test_groups_listed_described_and_deleted(gw: GW) -> None:
+    from kio.schema.offset_delete.v0 import request as od
+
     root, coord, gateway = gw
     admin = _admin(gateway)
     coord.client().create_topic("grp-t", 2)
@@ -264,9 +266,16 @@ def test_groups_listed_described_and_deleted(gw: GW) -> None:
         assert member.client_id == "adm-client" and member.host == "/127.0.0.1"
         assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) \
             == [("grp-t", 0), ("grp-t", 1)]
-        # a group with a live member cannot be deleted (Kafka's NON_EMPTY_GROUP)
+        # a group with a live member cannot be deleted (Kafka's NON_EMPTY_GROUP), nor the
+        # offsets of a topic it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)
         res = _done(admin.delete_consumer_groups(["adm-g"]))
         assert _code(res["adm-g"]) == KafkaError.NON_EMPTY_GROUP
+        r = _request(gateway.port, 47, 0, od.OffsetDeleteRequest(group_id="adm-g", topics=(
+            od.OffsetDeleteRequestTopic(name="grp-t", partitions=(
+                od.OffsetDeleteRequestPartition(partition_index=0),)),)))
+        assert r.error_code.value == 0
+        assert [p.error_code.value for p in r.topics[0].partitions] == [86]
+        assert TopicPartition("grp-t", 0) in coord.client().committed_offsets("adm-g")
     finally:
         c.close()
     desc = admin.describe_consumer_groups(["adm-g"])["adm-g"].result(30)
@@ -486,6 +495,16 @@ def test_raw_requests_get_kafkas_error_codes(gw: GW) -> None:
     assert [(x.error_code.value, x.low_watermark) for x in r.topics[0].partitions] == \
         [(3, -1), (0, 0)]
     assert gateway.alive()
+
+
+def test_subscriptions_are_read_or_refused() -> None:
+    from txnlog.coordinator.gateway.admin_groups import subscribed_topics
+
+    good = struct.pack(">hih", 0, 2, 1) + b"a" + struct.pack(">h", 2) + b"bc"
+    assert subscribed_topics(good) == {"a", "bc"}
+    for bad in (b"", good[:-1], struct.pack(">hih", 0, 2, -2) + b"xx",
+                struct.pack(">hi", 0, 1 << 30) + b"\0\0"):
+        assert subscribed_topics(bad) is None  # the caller then takes it for "every topic"
 
 
 def test_fuzzed_admin_frames_never_crash_or_wedge(gw: GW) -> None:

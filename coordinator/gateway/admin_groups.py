@@ -120,8 +120,12 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
     try:
         (count,) = struct.unpack_from(">i", metadata, 2)
         pos, out = 6, set()
+        if not 0 <= count <= len(metadata) // 2:  # each name takes 2 bytes at least
+            return None
         for _ in range(count):
             (n,) = struct.unpack_from(">h", metadata, pos)
+            if n < 0 or pos + 2 + n > len(metadata):
+                return None
             out.add(metadata[pos + 2:pos + 2 + n].decode())
             pos += 2 + n
         return out
