@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidRequestError, InvalidTxnStateError, validate_topic_name
+from .errors import (
+    InvalidRequestError,
+    InvalidTxnStateError,
+    NonEmptyGroupError,
+    validate_topic_name,
+)
+from .group_membership import membership
 from .partition_state import partition_key
 from .states import TxnState
 from .txn_log_records import LogRecord
@@ -76,22 +82,30 @@ def _txn_row(e: TransactionCoordinator, txn: Txn) -> Reply:
 
 
 async def list_groups(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
-    """ListGroups: every group with committed offsets, or with offsets in an open
-    transaction (state ``Stable`` or ``Empty`` in Kafka's words: txnlog groups have no
-    live members, so a group with offsets is ``Empty``)."""
+    """ListGroups: every group with live members (its state and protocol type are the
+    group membership role's: Stable, PreparingRebalance, ...), with committed offsets, or
+    with offsets in an open transaction (``Empty`` in Kafka's words: a group without
+    members that keeps its offsets; its protocol type is unknown, ``""``)."""
     await e.commits.sync()
-    names = set(e.state.group_offsets)
+    live = membership(e).live()
+    names = set(e.state.group_offsets) | set(live)
     pending = {o["group"] for t in e.state.txns.values() for o in t.offsets}
-    return {"groups": [{"group_id": g, "state": "Empty",
-                        "committed_partitions": len(e.state.group_offsets.get(g, {})),
-                        "pending_transaction": g in pending}
-                       for g in sorted(names | pending)]}
+    rows = []
+    for g in sorted(names | pending):
+        group = live.get(g)
+        rows.append({"group_id": g, "state": group.state if group is not None else "Empty",
+                     "protocol_type": (group.protocol_type or "") if group is not None
+                     else "", "members": len(group.members) if group is not None else 0,
+                     "committed_partitions": len(e.state.group_offsets.get(g, {})),
+                     "pending_transaction": g in pending})
+    return {"groups": rows}
 
 
 async def delete_group(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
     """DeleteGroups, or with ``partitions`` OffsetDelete: forget a group's committed offsets
     (all, or those partitions'). Refused (Kafka's GroupNotEmpty, answered here as
-    InvalidTxnState) while an open transaction carries offsets of it."""
+    InvalidTxnState) while an open transaction carries offsets of it; a whole group with
+    live members is NonEmptyGroup, as in Kafka."""
     group = _name(b["group_id"], "group_id")
     raw = b.get("partitions")
     parts = None
@@ -100,6 +114,10 @@ async def delete_group(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
             raise InvalidRequestError("partitions must be a list of {topic, partition}")
         parts = [[validate_topic_name(x["topic"]), int(x["partition"])] for x in raw]
     await e.commits.sync()
+    live = membership(e).live().get(group)
+    if parts is None and live is not None and live.members:
+        raise NonEmptyGroupError(f"group {group!r} has {len(live.members)} live member(s) "
+                                 f"(state {live.state}); it can be deleted once they leave")
     busy = sorted(t.tid for t in e.state.txns.values()
                   if any(o["group"] == group for o in t.offsets))
     if busy:

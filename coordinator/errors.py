@@ -130,6 +130,12 @@ class KafkaStorageError(CoordinatorError):
     name, code, http_status, retriable = "KafkaStorageError", 56, 503, True
 
 
+class NonEmptyGroupError(CoordinatorError):
+    """Kafka's NON_EMPTY_GROUP: a group with live members cannot be deleted."""
+
+    name, code = "NonEmptyGroup", 68
+
+
 class ProducerFencedError(CoordinatorError):
     name, code = "ProducerFenced", 90
 
@@ -151,7 +157,7 @@ ERRORS: dict[str, type[CoordinatorError]] = {
         DuplicateSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
         InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
         ConcurrentTransactionsError, KafkaStorageError, ProducerFencedError,
-        InvalidRecordError)
+        InvalidRecordError, NonEmptyGroupError)
 }
 
 

@@ -63,6 +63,7 @@ class Member:
     protocols: list[tuple[str, str]]  # (name, metadata base64), the member's preference order
     last_seen: float = field(default_factory=time.monotonic)
     assignment: str = ""
+    client_host: str = ""  # the address the member's gateway saw (DescribeGroups)
     join: asyncio.Future[dict[str, Any]] | None = None
     sync: asyncio.Future[dict[str, Any]] | None = None
 
@@ -122,7 +123,8 @@ class GroupMembership:
         m = g.members.get(member_id)
         if m is None:
             m = g.members[member_id] = Member(member_id, b.get("client_id") or "", session,
-                                              rebalance, b["protocol_type"], protocols)
+                                              rebalance, b["protocol_type"], protocols,
+                                              client_host=b.get("client_host") or "")
         else:
             m.session_timeout_ms, m.rebalance_timeout_ms = session, rebalance
             m.protocols = protocols
@@ -316,14 +318,24 @@ class GroupMembership:
         return {"error_code": NONE}
 
     def describe(self, group_id: str) -> dict[str, Any]:
+        """A group's membership as Kafka's DescribeGroups shows it: members, and once the
+        group is Stable the chosen protocol with each member's metadata for it (base64)
+        and its assignment; in other states the members without them, as Kafka does."""
         g = self.groups.get(group_id)
         if g is None:
             return {"group_id": group_id, "state": EMPTY, "members": []}
+        stable = g.state == STABLE
         return {"group_id": group_id, "state": g.state, "generation": g.generation,
                 "protocol_type": g.protocol_type, "protocol_name": g.protocol_name,
                 "leader": g.leader, "members": [
                     {"member_id": m.member_id, "client_id": m.client_id,
-                     "assignment": m.assignment} for m in g.members.values()]}
+                     "client_host": m.client_host, "assignment": m.assignment,
+                     "metadata": dict(m.protocols).get(g.protocol_name or "", "")
+                     if stable else ""} for m in g.members.values()]}
+
+    def live(self) -> dict[str, Group]:
+        """The groups that have members (or members joining), by id."""
+        return {k: g for k, g in self.groups.items() if g.members or g.pending}
 
 
 def _join_error(code: int, member_id: str) -> dict[str, Any]:

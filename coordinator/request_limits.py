@@ -162,6 +162,7 @@ OPERATION_SHAPES: dict[str, Obj] = {
     "join_group": Obj({
         "group_id": Field(Str()), "member_id": Field(Str(min_chars=0)),
         "client_id": Field(Str(min_chars=0), required=False, default=""),
+        "client_host": Field(Str(max_bytes=255, min_chars=0), required=False, default=""),
         "session_timeout_ms": Field(Int(*INT32)), "rebalance_timeout_ms": Field(Int(*INT32)),
         "protocol_type": Field(Str(min_chars=0)),
         "require_known_member_id": Field(Bool(), required=False, default=False),

@@ -129,6 +129,11 @@ class Backend:
         self._topics[topic] = (now, n)
         return n
 
+    def forget_topic(self, topic: str) -> None:
+        """Drop the cached partition count (the topic was created, grown or deleted
+        through this gateway, whose next Metadata must show it)."""
+        self._topics.pop(topic, None)
+
     def list_topics(self) -> list[str]:
         return sorted(topics.list_topics(self.storage))
 

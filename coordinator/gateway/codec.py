@@ -16,6 +16,7 @@ import struct
 import sys
 import types
 import typing
+from contextvars import ContextVar
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -25,6 +26,10 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 _FIXED = struct.Struct(">hhi")
+
+# (client id of the request header, client address) of the request being handled: what
+# Kafka's group coordinator records of a member (DescribeGroups' client_id, client_host)
+CLIENT: ContextVar[tuple[str, str]] = ContextVar("txnlog_gateway_client", default=("", ""))
 
 
 class FrameError(Exception):
@@ -125,6 +130,9 @@ def build(cls: type[Any], values: dict[str, Any]) -> Any:
             kw[name] = build(ent, v) if isinstance(v, dict) else v  # type: ignore[arg-type]
         elif kafka_type == "error_code":
             kw[name] = ErrorCode(int(v))
+        elif kafka_type == "datetime_i64" and not isinstance(v, datetime.datetime):
+            # milliseconds since the epoch; Kafka's -1 ("none") is 1 ms before it
+            kw[name] = datetime.datetime.fromtimestamp(int(v) / 1000, datetime.UTC)
         elif kafka_type in ("timedelta_i32", "timedelta_i64"):
             kw[name] = v if isinstance(v, datetime.timedelta) else \
                 datetime.timedelta(milliseconds=int(v))

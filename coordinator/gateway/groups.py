@@ -16,7 +16,7 @@ from txnlog.log_format.layout import TopicPartition
 from ..group_membership import b64, unb64
 from . import errors as E
 from .backend import Backend
-from .codec import ms
+from .codec import CLIENT, ms
 
 DEFAULT_REBALANCE_MS = 300_000
 
@@ -40,7 +40,9 @@ async def find_coordinator(backend: Backend, req: Any, version: int) -> dict[str
 
 async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     rebalance_ms = ms(req.rebalance_timeout) if version >= 1 else ms(req.session_timeout)
+    client_id, client_host = CLIENT.get()
     body = {"group_id": req.group_id, "member_id": req.member_id or "",
+            "client_id": client_id[:255], "client_host": client_host[:255],
             "session_timeout_ms": ms(req.session_timeout),
             "rebalance_timeout_ms": rebalance_ms or DEFAULT_REBALANCE_MS,
             "protocol_type": req.protocol_type,

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..security import Credentials, read_token_file, server_ssl_context
-from . import codec, consume, groups, produce, txn
+from . import admin, admin_groups, codec, consume, groups, produce, txn
 from . import errors as E
 from . import versions as V
 from .backend import Backend, GatewayConfig
@@ -53,6 +53,20 @@ HANDLERS: dict[int, Handler] = {
     V.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
     V.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
     V.END_TXN: txn.end_txn,
+    V.CREATE_TOPICS: admin.create_topics,
+    V.DELETE_TOPICS: admin.delete_topics,
+    V.DELETE_RECORDS: admin.delete_records,
+    V.CREATE_PARTITIONS: admin.create_partitions,
+    V.DESCRIBE_CONFIGS: admin.describe_configs,
+    V.ALTER_CONFIGS: admin.alter_configs,
+    V.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
+    V.LIST_GROUPS: admin_groups.list_groups,
+    V.DESCRIBE_GROUPS: admin_groups.describe_groups,
+    V.DELETE_GROUPS: admin_groups.delete_groups,
+    V.OFFSET_DELETE: admin_groups.offset_delete,
+    V.DESCRIBE_PRODUCERS: admin_groups.describe_producers,
+    V.DESCRIBE_TRANSACTIONS: admin_groups.describe_transactions,
+    V.LIST_TRANSACTIONS: admin_groups.list_transactions,
 }
 
 
@@ -117,10 +131,12 @@ class Connection:
         if req_cls is None:
             return False
         try:
-            _header, body = codec.parse_request(frame, req_cls)
+            header, body = codec.parse_request(frame, req_cls)
         except codec.FrameError as exc:
             log.info("%s: %s; closing", self.peer, exc)
             return False
+        host = self.peer[0] if isinstance(self.peer, tuple) and self.peer else ""
+        codec.CLIENT.set((getattr(header, "client_id", None) or "", f"/{host}"))
         resp_cls = codec.response_class(api_key, version)
         try:
             result = await self.dispatch(api_key, version, body)
