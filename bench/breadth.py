@@ -56,10 +56,18 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the coordinator process has used: what a commit costs it
-    whatever else the machine runs (latency on a loaded machine is mostly waiting)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) the coordinator process and its live children (the merge
+    worker, coordinator/merge_worker.py) have used: what a commit costs it whatever else the
+    machine runs (latency on a loaded machine is mostly waiting)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if stat.parent.name == str(pid) or fields[1] == str(pid):
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _stable_objects(storage: Any) -> dict[str, int]:

@@ -24,7 +24,8 @@ Deleting is idempotent and runs after the due time; ``cleaned`` records what is 
 name freed that way can be taken by a zombie's late put-if-absent: readers never look below
 M, and every cleanup deletes all small objects below what it cleans, whatever wrote them.
 
-Merging never holds the commit path: it reads and writes on its own threads, appends two
+Merging never holds the commit path: it reads and writes on its own threads (on remote
+storage, reads and builds in a worker process: coordinator/merge_worker.py), appends two
 records per merge, and one partition is merged at a time.
 """
 
@@ -40,11 +41,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from txnlog.log_format import layout, planted_bugs
-from txnlog.log_format.crc import crc32c
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.manifest import DEFAULT_GRACE_MS, MIN_GRACE_MS, MergedObject
-from txnlog.log_format.segment_merge import MergedSegment, merge_segment
-from txnlog.log_format.segment_merge import MergeInput as SegmentInput
+from txnlog.log_format.segment_merge import MergedSegment
 from txnlog.log_format.storage import StorageError
 
 from . import faults
@@ -57,6 +56,7 @@ from .merge_policy import (
     choose_merge,
 )
 from .merge_state import SMALL, MergeInput, MergePlan, PartitionMerges
+from .merge_worker import READ_THREADS, MergeWorker, Row, read_and_merge
 from .partition_state import partition_key
 from .runtime import Commits, Observer, StorageIO
 from .stable_changes import touched
@@ -113,7 +113,14 @@ class LogMerger:
         self._task: asyncio.Task[None] | None = None
         # inputs are read in parallel: on S3 a merge of 32 small objects is one round of
         # GETs, not eight
-        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="coord-merge")
+        self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="coord-merge")
+        # on remote storage, inputs are read and merged in a worker process (see
+        # merge_worker: the S3 client's CPU would hold the GIL against the commit path)
+        spec = getattr(self.storage, "spec", None)
+        isolate = self.settings.isolate
+        if isolate is None:
+            isolate = not self.storage.url.startswith("file:")
+        self.worker = MergeWorker(*spec) if isolate and spec is not None else None
         self._wake: asyncio.Event | None = None
         # other roles run in this loop, between finishing planned merges and new ones, so
         # they never interleave with a merge of the partition: retention (issue 14) and the
@@ -321,59 +328,41 @@ class LogMerger:
             out.append(SmallObject(base, nxt, size, base in txn))
         return out
 
-    def _get(self, path: str) -> bytes:
-        return self.storage.get(path)
-
-    async def _read(self, topic: str, p: int, level: int, base: int, end: int,
-                    has_txnindex: bool) -> tuple[bytes, bytes | None]:
-        if level == SMALL:
-            path = layout.segment_path(topic, p, base)
-            tpath = layout.segment_path(topic, p, base, layout.TXNINDEX_SUFFIX)
-        else:
-            obj = MergedObject(level, base, end, 0)
-            path = obj.path(topic, p)
-            tpath = obj.path(topic, p, layout.TXNINDEX_SUFFIX)
-        loop = asyncio.get_running_loop()
-        data_f = loop.run_in_executor(self._pool, self._get, path)
-        txn_f = loop.run_in_executor(self._pool, self._get, tpath) if has_txnindex else None
-        data = await data_f
-        return data, (await txn_f if txn_f is not None else None)
+    async def _read_and_merge(self, topic: str, p: int, rows: list[Row]
+                              ) -> tuple[list[tuple[int, int]], MergedSegment]:
+        """Each input's (size, CRC32C) and the merged segment: in the worker process on
+        remote storage, else on this process's threads."""
+        try:
+            if self.worker is not None:
+                return await self.worker.read_and_merge(topic, p, rows)
+            return await asyncio.to_thread(read_and_merge, self.storage, self._pool, topic, p,
+                                           rows)
+        except LogFormatError as exc:
+            raise MergeRefused(f"inputs cannot be merged: {exc}") from exc
 
     async def _build(self, topic: str, p: int, choice: Choice
                      ) -> tuple[list[MergeInput], MergedSegment]:
-        rows = [(r.level, r.base_offset, r.end_offset, r.has_txnindex) for r in choice.runs]
+        rows: list[Row] = [(r.level, r.base_offset, r.end_offset, r.has_txnindex)
+                           for r in choice.runs]
         rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex) for s in choice.small]
-        read = await asyncio.gather(*(self._read(topic, p, *row) for row in rows))
-        inputs = [MergeInput(level, base, end, len(data), crc32c(data), txn is not None)
-                  for (level, base, end, _), (data, txn) in zip(rows, read, strict=True)]
-        built = await self._merge(topic, p, rows, read)
+        metas, built = await self._read_and_merge(topic, p, rows)
+        inputs = [MergeInput(level, base, end, size, crc, has_txn)
+                  for (level, base, end, has_txn), (size, crc) in zip(rows, metas, strict=True)]
         return inputs, built
-
-    async def _merge(self, topic: str, p: int, rows: list[tuple[int, int, int, bool]],
-                     read: list[tuple[bytes, bytes | None]]) -> MergedSegment:
-        seg_inputs = [SegmentInput(base, end, data, txn, f"{self.storage.url}/"
-                                   f"{layout.partition_dir(topic, p)}@{base}")
-                      for (_, base, end, _), (data, txn) in zip(rows, read, strict=True)]
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._pool, merge_segment, seg_inputs)
-        except LogFormatError as exc:
-            raise MergeRefused(f"inputs cannot be merged: {exc}") from exc
 
     async def _finish(self, plan: MergePlan) -> bool:
         """A merge logged but not published (a restart): the same inputs, checked against
         their CRCs, give the same bytes."""
-        rows = [(i.level, i.base_offset, i.end_offset, i.has_txnindex) for i in plan.inputs]
+        rows: list[Row] = [(i.level, i.base_offset, i.end_offset, i.has_txnindex)
+                           for i in plan.inputs]
         try:
-            read = await asyncio.gather(*(self._read(plan.topic, plan.partition, *row)
-                                          for row in rows))
+            metas, built = await self._read_and_merge(plan.topic, plan.partition, rows)
         except FileNotFoundError as exc:
             raise MergeRefused(f"an input of planned merge #{plan.seq} is gone: {exc}") from exc
-        for inp, (data, _) in zip(plan.inputs, read, strict=True):
-            if len(data) != inp.size or crc32c(data) != inp.crc:
+        for inp, (size, crc) in zip(plan.inputs, metas, strict=True):
+            if size != inp.size or crc != inp.crc:
                 raise MergeRefused(f"input at {inp.base_offset} (level {inp.level}) of planned "
                                    f"merge #{plan.seq} holds other bytes than were planned")
-        built = await self._merge(plan.topic, plan.partition, rows, read)
         if len(built.log) != plan.output.size:
             raise MergeRefused(f"planned merge #{plan.seq} rebuilt to {len(built.log)} bytes, "
                                f"not {plan.output.size}")
@@ -463,3 +452,5 @@ class LogMerger:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         self._pool.shutdown(wait=False)
+        if self.worker is not None:
+            self.worker.close()

@@ -52,6 +52,8 @@ class MergeSettings:
     max_inputs: int = 1000  # objects one merge reads (an old root converts in steps)
     interval_s: float = 1.0  # how often partitions are looked at
     idle_ms: int = 30_000  # a partition touched this long ago is looked at even if few
+    # read and build merges in a worker process (merge_worker.py); None: on remote storage
+    isolate: bool | None = None
 
     def __post_init__(self) -> None:
         if self.min_objects < 2 or self.fanout < 2 or self.max_inputs < 2:

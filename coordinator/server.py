@@ -121,6 +121,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs of one level that make a run of the next (default 8)")
     parser.add_argument("--merge-interval-s", type=float, default=1.0,
                         help="how often partitions are looked at for merging (default 1)")
+    parser.add_argument("--merge-process", choices=("auto", "on", "off"), default="auto",
+                        help="read and build merges in a worker process of their own: on "
+                             "remote storage by default (auto), where the S3 client's CPU "
+                             "would otherwise slow commits (coordinator/merge_worker.py)")
     parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
                         help="how often retention.ms/retention.bytes are applied (Kafka's "
                              "log.retention.check.interval.ms, default 300000)")
@@ -226,7 +230,9 @@ class CoordinatorServer:
             one_shot_id_retention_ms=args.one_shot_id_retention_ms,
             merge_settings=MergeSettings(min_objects=args.merge_min_objects,
                                          fanout=args.merge_fanout,
-                                         interval_s=args.merge_interval_s),
+                                         interval_s=args.merge_interval_s,
+                                         isolate={"auto": None, "on": True,
+                                                  "off": False}[args.merge_process]),
             merging=not args.no_merge,
             retention_check_interval_ms=args.retention_check_interval_ms)
         self.metrics = Metrics(self.coordinator)

@@ -297,3 +297,47 @@ def test_a_big_merged_segment_is_read_in_pieces_cut_at_batch_starts(file_root: s
         small = PartitionReader(storage, "s", 0, chunk_bytes=2048)
         assert reader.read_table(begin).equals(
             small.read_table(begin).set_column(2, "topic", reader.read_table(begin)["topic"]))
+
+
+def _merge_workers(coordinator_pid: int) -> list[int]:
+    """The coordinator's spawned merge worker processes (coordinator/merge_worker.py)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if ppid == str(coordinator_pid) and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: str) -> None:
+    """On remote storage a merge's reads and build run in a worker process (the S3 client's
+    CPU on the coordinator's threads held the GIL against the commit path: p99 x5,
+    bench/merge_isolation.py). The worker is the coordinator's child; SIGKILLed, the merge it
+    was doing is retried with a new one, and reads stay the committed values."""
+    import os
+    import signal
+
+    storage = Storage.for_url(s3_root)
+    with coordinator(s3_root) as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("iso", 1)
+        committed = write(s3_root, proc.endpoint, "iso", 24, abort_every=0)
+        wait_manifest(storage, "iso", PartitionReader(storage, "iso", 0).high_watermark() - 8)
+        first = _merge_workers(proc.pid)
+        assert len(first) == 1, first
+        os.kill(first[0], signal.SIGKILL)
+        committed += write(s3_root, proc.endpoint, "iso", 24, start=24, abort_every=0)
+        wait_manifest(storage, "iso", PartitionReader(storage, "iso", 0).high_watermark() - 8)
+        second = _merge_workers(proc.pid)
+        assert len(second) == 1 and second != first, (first, second)
+        assert "merge worker process died" in proc.log_text()
+        assert values(storage, "iso") == committed
+    # it dies with the coordinator
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in second):
+        assert time.monotonic() < deadline, "the merge worker outlived its coordinator"
+        time.sleep(0.2)

@@ -105,6 +105,8 @@ class Storage:
             found = cls._cache.get(key)
             if found is None:
                 found = _build(root, own)
+                # how to open the same storage in another process (coordinator/merge_worker)
+                found.spec = (root, {OPTION_PREFIX + k: v for k, v in own.items()})
                 cls._cache[key] = found
             return found
 
