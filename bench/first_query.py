@@ -1,7 +1,7 @@
 """The first streaming query of a Spark application, with and without txnlog's worker daemon.
 
     python bench/first_query.py [--per-trigger 500000] [--batches 4] [--rounds 3]
-                                [--pipeline 'txnlog>txnlog'] [--s3]
+                                [--pipeline 'txnlog>txnlog'] [--s3] [--by-role]
 
 A restarted streaming application's first query starts fresh Python task workers, and each
 imports txnlog, pyarrow and numba and loads the codec's kernels (issue 17: +12.9 s wall over
@@ -17,6 +17,12 @@ the first query's extra wall and CPU time over the second (medians over rounds),
 process (all of the run's processes, bench/spark_rw.py's counter), and the ratio of the
 extras, txnlog's daemon to Spark's, measured in the same run. The issue's target: the
 first query within 1.5 s of the steady state.
+
+``--by-role`` also prints each query's CPU by process role (bench/process_roles.py polls
+/proc): the JVM, the driver-side planner daemons and the workers they fork, the executor's
+daemon and its task workers, the streaming source runner, the coordinator; per round as it
+ends (stderr) and as medians at the end. A query that Spark had to start again (a Python
+process missed its connect-back timeout) counts all its attempts there.
 """
 
 from __future__ import annotations

@@ -52,6 +52,14 @@ class Proc:
         return own, reaped
 
 
+def _read_argv(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
 def _module_of(argv: list[str]) -> tuple[str, list[str]]:
     """(the module a ``python -m MODULE args`` runs, its args); ('', argv) otherwise."""
     if "-m" in argv:
@@ -144,11 +152,8 @@ class RoleSampler:
                 key = (pid, start)
                 proc = self.procs.get(key)
                 if proc is None:
-                    try:
-                        with open(f"/proc/{pid}/cmdline", "rb") as f:
-                            argv = [a.decode(errors="replace")
-                                    for a in f.read().split(b"\0") if a]
-                    except OSError:
+                    argv = _read_argv(pid)
+                    if argv is None:
                         continue
                     if pid not in ours and not (self.marker and
                                                 self.marker in " ".join(argv)):
@@ -158,6 +163,14 @@ class RoleSampler:
                                   None)
                     proc.role = role_of(proc, parent, self.root_pid, self.marker)
                     self.procs[key] = proc
+                elif proc.role.startswith("other"):
+                    # a launcher that exec'd since (spark-submit's bash becomes the JVM)
+                    argv = _read_argv(pid) or proc.argv
+                    if argv != proc.argv:
+                        proc.argv = argv
+                        parent = next((q for (qp, _), q in self.procs.items() if qp == ppid),
+                                      None)
+                        proc.role = role_of(proc, parent, self.root_pid, self.marker)
                 proc.last_seen = now
                 proc.samples.append((now, own, reaped))
         return now
