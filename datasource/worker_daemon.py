@@ -13,22 +13,29 @@ modules and loads the kernels from numba's cache once; each forked worker inheri
 (copy on write) and starts its task at once. Everything else is ``pyspark.daemon``'s: this
 module only runs ``pyspark.daemon.manager()`` after the preload.
 
-Spark also starts a daemon per driver-side Python planner module (``argv[1]``:
-``pyspark.sql.worker.create_data_source``, ``plan_data_source_read``,
-``write_into_data_source``, ``python_streaming_sink_runner``, ...), and forks a planner
-worker from it for planner calls. Those never decode or encode: their daemon imports the
-planner module and txnlog's driver-side data source modules (no numba, no kernels), so a
-forked planner worker starts its call at once instead of importing them again.
+The daemon then freezes what it loaded (``gc.freeze()``) before forking: pyspark.daemon runs
+``gc.collect()`` in a worker after every task, and without the freeze each collection walks
+the ~115,000 inherited objects (~0.08 s the first time in a worker, ~0.06 s after) and
+writes to their pages, copying them into every worker.
 
-Every daemon, task or planner, first prefers the installed, compiled pyspark to Spark's
-``pyspark.zip`` when the two hold the same source (``prefer_compiled_pyspark``): Spark puts
-``$SPARK_HOME/python/lib/pyspark.zip`` first on a worker's ``PYTHONPATH``, and that zip
-holds no bytecode, so every fresh Python process of Spark compiles each pyspark module it
-imports from source (~0.5 s of CPU for a daemon and its worker module, measured: ``import
-pyspark.worker`` 0.75 s from the zip, 0.11 s installed). With a pip-installed pyspark the
-zip and the installed package are the same files; the daemon checks that byte for byte
-(size and CRC-32 of every module of the zip but its tests, ~45 ms) and otherwise keeps the
-zip, as Spark set it.
+The daemon also prefers the installed, compiled pyspark to Spark's ``pyspark.zip`` when the
+two hold the same source (``prefer_compiled_pyspark``): Spark puts
+``$SPARK_HOME/python/lib/pyspark.zip`` first on a Python process's ``PYTHONPATH``, and that
+zip holds no bytecode, so every fresh Python process of Spark compiles each pyspark module it
+imports from source (measured: ``import pyspark.worker`` 0.75 s of CPU from the zip, 0.11 s
+installed; the daemon's whole preload 1.9 s -> 1.3 s). With a pip-installed pyspark the zip
+and the installed package are the same files; the daemon checks that byte for byte (size and
+CRC-32 of every module both have, ~30-50 ms) and otherwise keeps the zip, as Spark set it.
+Modules only the zip has (its tests) stay importable from it.
+
+Only the executor's task daemon runs this module: Spark starts its driver-side planner
+daemons (``python -m pyspark.daemon pyspark.sql.worker.create_data_source``, ...,
+``write_into_data_source``, ``python_streaming_sink_runner``) and the streaming source
+runner with ``pyspark.daemon`` or as plain processes whatever ``spark.python.daemon.module``
+says (PySpark 4.3: ``PythonPlannerRunner`` passes Spark's default daemon module), so they
+keep compiling pyspark from the zip (~0.8 s of CPU per planner daemon, measured by
+``bench/first_query.py --by-role``). A worker module other than ``pyspark.worker`` in
+``argv[1]`` gets no preload.
 
 A preload that fails (txnlog not importable in this Python) is reported on stderr and the
 daemon serves as ``pyspark.daemon`` would: a missing preload only costs the time it would
@@ -37,13 +44,14 @@ have saved.
 Threads: ``pyspark.daemon`` imports the worker module after the fork because a thread
 started before ``fork()`` does not exist in the child. The preload starts none: numba's
 kernels are loaded, not run in parallel, pyarrow creates its thread pools lazily and
-re-creates them in a forked child (Arrow's at-fork handlers), and pyspark's planner modules
-only define functions. ``tests/spark/test_worker_daemon.py`` runs real queries through this
+re-creates them in a forked child (Arrow's at-fork handlers).
+``tests/spark/test_worker_daemon.py`` runs real queries through this
 daemon.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -56,25 +64,14 @@ from importlib.machinery import ModuleSpec, PathFinder
 # The worker modules whose tasks read or write txnlog: the executor's task worker. Spark
 # passes a daemon its worker module as argv[1] only when it is not the default one.
 TASK_WORKER_MODULES = ("pyspark.worker",)
-# txnlog's modules a driver-side planner worker imports, by planner module: unpickling the
-# data source imports ``source``; the calls import the reader's or writer's module. None of
-# them imports numba or loads a kernel.
-PLANNER_PRELOADS: dict[str, tuple[str, ...]] = {
-    "pyspark.sql.worker.create_data_source": ("source",),
-    "pyspark.sql.worker.lookup_data_sources": ("source",),
-    "pyspark.sql.worker.plan_data_source_read": ("source", "stream_reader", "batch_reader"),
-    "pyspark.sql.worker.data_source_pushdown_filters": ("source", "batch_reader"),
-    "pyspark.sql.worker.write_into_data_source": ("source", "stream_writer", "batch_writer"),
-    "pyspark.sql.worker.commit_data_source_write": ("source", "batch_writer"),
-    "pyspark.sql.worker.python_streaming_sink_runner": ("source", "stream_writer"),
-}
 
 
 def _same_source(zip_path: str, package_dir: str) -> bool:
     """Whether every module of the zip's ``pyspark`` that ``package_dir`` also has holds the
-    same bytes there (a pip install leaves out the zip's tests and benchmarks)."""
+    same bytes there (a pip install leaves out the zip's tests and benchmarks), its
+    ``version.py`` included."""
     parent = os.path.dirname(package_dir)
-    shared = 0
+    shared = set()
     with zipfile.ZipFile(zip_path) as zf:
         for info in zf.infolist():
             name = info.filename
@@ -87,8 +84,8 @@ def _same_source(zip_path: str, package_dir: str) -> bool:
                 continue
             if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
                 return False
-            shared += 1
-    return shared > 0
+            shared.add(name)
+    return "pyspark/version.py" in shared
 
 
 class _ZipOnlyModules:
@@ -156,31 +153,20 @@ def preload() -> float:
     return time.perf_counter() - t0
 
 
-def preload_planner(worker_module: str) -> float:
-    """Import a driver-side planner module and the txnlog modules its calls import; the
-    seconds it took. Only pyspark's own planner modules (the ones ``pyspark.daemon`` would
-    import after the fork) are imported."""
-    import importlib
-
-    t0 = time.perf_counter()
-    if worker_module.startswith("pyspark.sql.worker."):
-        importlib.import_module(worker_module)
-        for name in PLANNER_PRELOADS.get(worker_module, ("source",)):
-            importlib.import_module(f"txnlog.datasource.{name}")
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     worker_module = sys.argv[1] if len(sys.argv) > 1 else "pyspark.worker"
     prefer_compiled_pyspark()
-    try:
-        if worker_module in TASK_WORKER_MODULES:
+    if worker_module in TASK_WORKER_MODULES:
+        try:
             preload()
-        else:
-            preload_planner(worker_module)
-    except Exception:  # serve as the plain daemon; say why once
-        print("txnlog worker daemon: preload failed, workers will load txnlog "
-              "themselves:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+        except Exception:  # serve as the plain daemon; say why once
+            print("txnlog worker daemon: preload failed, workers will load txnlog "
+                  "themselves:\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+    # What is loaded now lives as long as the daemon: out of the collector's sight, so a
+    # forked worker's gc.collect() (pyspark.daemon runs one after every task) neither walks
+    # it nor writes to its pages (which would copy them, page by page, into every worker).
+    gc.collect()
+    gc.freeze()
     from pyspark.daemon import manager
 
     manager()
