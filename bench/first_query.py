@@ -1,7 +1,7 @@
 """The first streaming query of a Spark application, with and without txnlog's worker daemon.
 
     python bench/first_query.py [--per-trigger 500000] [--batches 4] [--rounds 3]
-                                [--pipeline 'txnlog>txnlog'] [--s3]
+                                [--pipeline 'txnlog>txnlog'] [--s3] [--by-role]
 
 A restarted streaming application's first query starts fresh Python task workers, and each
 imports txnlog, pyarrow and numba and loads the codec's kernels (issue 17: +12.9 s wall over
@@ -17,6 +17,12 @@ the first query's extra wall and CPU time over the second (medians over rounds),
 process (all of the run's processes, bench/spark_rw.py's counter), and the ratio of the
 extras, txnlog's daemon to Spark's, measured in the same run. The issue's target: the
 first query within 1.5 s of the steady state.
+
+``--by-role`` also prints each query's CPU by process role (bench/process_roles.py polls
+/proc): the JVM, the driver-side planner daemons and the workers they fork, the executor's
+daemon and its task workers, the streaming source runner, the coordinator; per round as it
+ends (stderr) and as medians at the end. A query that Spark had to start again (a Python
+process missed its connect-back timeout) counts all its attempts there.
 """
 
 from __future__ import annotations
@@ -75,6 +81,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pipeline", default="txnlog>txnlog")
     ap.add_argument("--s3", action="store_true", help="SeaweedFS S3 instead of a folder")
+    ap.add_argument("--by-role", action="store_true",
+                    help="also print each query's CPU by process role (bench/process_roles.py)")
     args = ap.parse_args()
 
     import streaming
@@ -85,6 +93,12 @@ def main() -> int:
     coord = None
     load0 = os.getloadavg()[0]
     results: dict[str, list[dict[str, float]]] = {d: [] for d in DAEMONS}
+    roles: dict[str, list[tuple[dict, dict]]] = {d: [] for d in DAEMONS}
+    sampler = None
+    if args.by_role:
+        from process_roles import RoleSampler
+
+        sampler = RoleSampler(marker=streaming.CPU_MARKER).start()
     try:
         if args.s3:
             from s3_server import S3Server
@@ -111,11 +125,22 @@ def main() -> int:
                 spark = session(module)
                 try:
                     warm_jvm(spark, work, n)
+                    t0 = sampler.poll() if sampler else 0.0
                     first = streaming.run_query(spark, args.pipeline, inputs)
+                    t1 = sampler.poll() if sampler else 0.0
                     steady = streaming.run_query(spark, args.pipeline, inputs)
+                    t2 = sampler.poll() if sampler else 0.0
+                except Exception as exc:  # an overloaded machine; the other rounds count
+                    print(f"# round {r + 1} {name} daemon: failed ({str(exc)[:200]})",
+                          file=sys.stderr, flush=True)
+                    continue
                 finally:
                     spark.stop()
                     time.sleep(1)  # the daemon and its workers exit with the context
+                if sampler:
+                    # a query run again after a missed connect-back counts all its attempts
+                    roles[name].append((sampler.window(t0, t1), sampler.window(t1, t2)))
+                    print_roles({name: roles[name][-1:]}, sys.stderr)
                 row = {"first_wall": first["wall_s"], "steady_wall": steady["wall_s"],
                        "first_cpu": first["cpu_s"], "steady_cpu": steady["cpu_s"],
                        "extra_wall": first["wall_s"] - steady["wall_s"],
@@ -126,6 +151,8 @@ def main() -> int:
                       f"wall / {row['extra_cpu']:+5.1f} s CPU, load {row['load']:.1f}",
                       file=sys.stderr, flush=True)
     finally:
+        if sampler is not None:
+            sampler.stop()
         if coord is not None:
             coord.stop()
         if server is not None:
@@ -133,7 +160,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def med(name: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[name])
+        return statistics.median(r[key] for r in results[name]) if results[name] else \
+            float("nan")
 
     print(f"{args.pipeline}, {args.per_trigger:,} per trigger x {args.batches}, "
           f"{'S3' if args.s3 else 'file'}, local[2], {args.rounds} interleaved rounds; "
@@ -149,7 +177,36 @@ def main() -> int:
           f"{wall / base_wall if base_wall > 0 else float('nan'):.2f}x, extra CPU "
           f"{cpu / base_cpu if base_cpu > 0 else float('nan'):.2f}x; target: extra wall "
           f"<= 1.5 s ({'met' if wall <= 1.5 else 'not met'})")
+    if sampler is not None:
+        print_roles(roles)
     return 0
+
+
+def print_roles(roles: dict[str, list[tuple[dict, dict]]], out: Any = sys.stdout) -> None:
+    """Per daemon and role: the first and the steady query's CPU (medians over rounds) and
+    how many processes of that role started during each."""
+    for name, runs in roles.items():
+        if not runs:
+            continue
+        names = sorted({r for first, steady in runs for r in (*first, *steady)})
+        print(f"\nCPU by process role, {name} daemon (s, median of {len(runs)} rounds; "
+              "started = processes of that role started during the query)", file=out)
+        print("| role | first CPU s | steady CPU s | extra s | started first / steady |",
+              file=out)
+        print("|---|---:|---:|---:|---:|", file=out)
+
+        def med(i: int, role: str, key: str, runs: list = runs) -> float:
+            return statistics.median(run[i].get(role, {}).get(key, 0.0) for run in runs)
+
+        rows = sorted(names, key=lambda r: -(med(0, r, "cpu_s") - med(1, r, "cpu_s")))
+        for role in rows:
+            f, s_ = med(0, role, "cpu_s"), med(1, role, "cpu_s")
+            print(f"| {role} | {f:.2f} | {s_:.2f} | {f - s_:+.2f} | "
+                  f"{med(0, role, 'started'):.0f} / {med(1, role, 'started'):.0f} |", file=out)
+        f = sum(med(0, r, "cpu_s") for r in names)
+        s_ = sum(med(1, r, "cpu_s") for r in names)
+        print(f"| all | {f:.2f} | {s_:.2f} | {f - s_:+.2f} | |", file=out)
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -20,7 +20,14 @@ def probe(_rows):  # type: ignore[no-untyped-def]
         maps = f.read()
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
         cmd = f.read().replace(b"\0", b" ").decode()
-    yield {"llvmlite": "llvmlite" in maps, "arrow": "libarrow" in maps, "cmd": cmd}
+    import gc
+
+    import pyspark
+
+    # frozen: the daemon froze what it preloaded (its workers' collections skip it);
+    # pyspark: where the worker's pyspark came from (the installed copy, not Spark's zip)
+    yield {"llvmlite": "llvmlite" in maps, "arrow": "libarrow" in maps, "cmd": cmd,
+           "frozen": gc.get_freeze_count(), "pyspark": pyspark.__file__}
 
 
 def main() -> None:

@@ -2,7 +2,9 @@
 a batch write, a read and an exactly-once stream through task workers forked from a daemon
 that preloaded txnlog, in a Spark session of its own (daemon_driver.py). The workers'
 parent has numba's LLVM and Arrow loaded: the preload happened before the fork (the plain
-``pyspark.daemon`` imports neither)."""
+``pyspark.daemon`` imports neither); the preloaded objects are frozen out of the workers'
+garbage collections; and pyspark comes from the installed, compiled copy, not from Spark's
+``pyspark.zip`` (byte-identical to it here)."""
 
 from __future__ import annotations
 
@@ -33,4 +35,7 @@ def test_txnlog_tasks_run_in_workers_of_the_preloading_daemon(coord, file_root: 
                   if line.startswith("DAEMON "))
     assert daemon and all(d["llvmlite"] and d["arrow"] for d in daemon), daemon
     assert all("txnlog.datasource.worker_daemon" in d["cmd"] for d in daemon), daemon
+    assert all(d["frozen"] > 10_000 for d in daemon), daemon
+    # pip's pyspark is the same source as Spark's pyspark.zip: imported compiled
+    assert all(".zip" not in d["pyspark"] for d in daemon), daemon
     assert "preload failed" not in proc.stderr
