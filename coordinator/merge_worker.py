@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import multiprocessing
+import os
 import signal
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ from .merge_state import SMALL
 # (level, base offset, end offset, has .txnindex) of one input, as the merger lists them
 Row = tuple[int, int, int, bool]
 READ_THREADS = 32  # inputs are read in parallel: on S3 one round of GETs, not eight
+WORKER_NICE = 10  # the worker's scheduling priority below the coordinator's
 
 _storage: Storage | None = None
 _reads: ThreadPoolExecutor | None = None
@@ -82,6 +84,10 @@ def _worker_init(root: str, options: Mapping[str, Any]) -> None:
     except OSError:
         pass  # not Linux: the worker ends when its queue's pipe closes
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when it stops
+    # background work, as Kafka's cleaner threads are throttled: on a busy machine the
+    # coordinator's commits get the CPU first; an idle one still gives the worker all it
+    # wants
+    os.nice(WORKER_NICE)
     _storage = Storage.for_url(root, options)
     _reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="merge-read")
 
