@@ -105,14 +105,12 @@ class MergeWorker:
         self.root = root
         self.options = dict(options or {})
         self._executor: ProcessPoolExecutor | None = None
-        self.started = 0  # processes started (a restart after a death counts)
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_worker_init, initargs=(self.root, self.options))
-            self.started += 1
         return self._executor
 
     async def read_and_merge(self, topic: str, p: int, rows: Sequence[Row]
@@ -129,12 +127,6 @@ class MergeWorker:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
-
-    def pid(self) -> int | None:
-        """The worker's process id, once started (tests kill it)."""
-        ex = self._executor
-        procs = getattr(ex, "_processes", None) if ex is not None else None
-        return next(iter(procs), None) if procs else None
 
     def close(self) -> None:
         self._drop()
