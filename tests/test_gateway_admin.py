@@ -536,6 +536,46 @@ def test_fuzzed_admin_frames_never_crash_or_wedge(gw: GW) -> None:
     assert r.error_code.value == 0
 
 
+
+def test_null_where_kafka_forbids_null_closes_the_connection(gw: GW) -> None:
+    """A request whose first field is a non-nullable array sent as null (length -1, or 0
+    in a compact array), for every API and version the gateway serves: Kafka's readers
+    refuse it, so the gateway closes the connection; no handler sees a None (CI once found
+    DescribeTransactions and AlterConfigs failing with a TypeError on it)."""
+    import dataclasses
+    import typing
+
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+    from txnlog.coordinator.gateway.versions import SUPPORTED
+
+    _root, _coord, gateway = gw
+    port = gateway.port
+    assert port is not None
+    sent = 0
+    for key, (low, high) in sorted(SUPPORTED.items()):
+        for version in range(low, high + 1):
+            cls = load_request_schema(key, version)
+            first = dataclasses.fields(cls)[0] if dataclasses.fields(cls) else None
+            hint = typing.get_type_hints(cls).get(first.name) if first else None
+            if hint is None or typing.get_origin(hint) is not tuple:
+                continue  # not a non-nullable array first
+            flexible = cls.__flexible__
+            buf = io.BytesIO()
+            header_cls = cls.__header_schema__
+            entity_writer(header_cls)(buf, header_cls(
+                request_api_key=key, request_api_version=version, correlation_id=7,
+                client_id="null"))
+            data = buf.getvalue() + (b"\0" if flexible else b"\xff\xff\xff\xff") + b"\0" * 64
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                s.sendall(struct.pack(">i", len(data)) + data)
+                s.settimeout(30)
+                assert s.recv(4) == b"", (key, version)  # closed, not answered
+            sent += 1
+    assert sent >= 40
+    r = _request(port, 16, 4, _list_groups_v4())
+    assert r.error_code.value == 0
+
 ADMIN_KEYS = [15, 16, 19, 20, 21, 32, 33, 37, 42, 44, 47, 61, 65, 66]
 
 

@@ -56,10 +56,56 @@ def parse_request(frame: bytes, cls: type[Any]) -> tuple[Any, Any]:
     try:
         header, n = entity_reader(cls.__header_schema__)(frame, 0)
         body, _ = entity_reader(cls)(frame, n)
+        null = _null_where_required(body)
     except (SerialError, ValueError, TypeError, UnicodeDecodeError, OverflowError,
             IndexError, KeyError) as exc:
         raise FrameError(f"malformed {cls.__name__} v{cls.__version__}: {exc!r}") from None
+    if null is not None:
+        # Kafka's generated readers refuse this too ("non-nullable field ... was serialized
+        # as null"); kio decodes it as None, which no handler expects
+        raise FrameError(f"malformed {cls.__name__} v{cls.__version__}: non-nullable field "
+                         f"{null} is null")
     return header, body
+
+
+_NULLABLE_CACHE: dict[type[Any], list[tuple[str, bool, str, type[Any] | None]]] = {}
+
+
+def _nullability(cls: type[Any]) -> list[tuple[str, bool, str, type[Any] | None]]:
+    """(field, may be null, 'one'|'many'|'plain', nested entity) for each of cls's fields."""
+    got = _NULLABLE_CACHE.get(cls)
+    if got is None:
+        hints = typing.get_type_hints(cls, sys.modules[cls.__module__].__dict__)
+        got = []
+        for f in fields(cls):
+            tp = hints[f.name]
+            nullable = (typing.get_origin(tp) in (typing.Union, types.UnionType)
+                        and type(None) in typing.get_args(tp))
+            kind, ent = _entity_of(tp)
+            got.append((f.name, nullable, kind, ent))
+        _NULLABLE_CACHE[cls] = got
+    return got
+
+
+def _null_where_required(entity: Any, path: str = "") -> str | None:
+    """The dotted name of the first field of a decoded entity that is null although its
+    schema does not allow null, or None."""
+    for name, nullable, kind, _ent in _nullability(type(entity)):
+        v = getattr(entity, name)
+        where = f"{path}{name}"
+        if v is None:
+            if not nullable:
+                return where
+        elif kind == "many":
+            for item in v:
+                bad = _null_where_required(item, where + ".")
+                if bad is not None:
+                    return bad
+        elif kind == "one":
+            bad = _null_where_required(v, where + ".")
+            if bad is not None:
+                return bad
+    return None
 
 
 def response_class(api_key: int, version: int) -> type[Any]:
