@@ -12,7 +12,12 @@ visibility across partitions and topics through one stable snapshot):
   (scan/final/spark) some records missing; in an incremental poll another record of it lies
   at or above that snapshot's LSO; in the final read an ``unknown`` transaction is neither
   all visible nor all invisible.
-- ``duplicate``: one value at two offsets (or twice in one read).
+- ``duplicate``: one value at two offsets (or twice in one read). An offset that holds
+  aborted data (read under read_uncommitted, covered by a read_committed read that skipped
+  it, never returned under read_committed) does not count: Kafka shows aborted batches to
+  read_uncommitted readers, such as a retried Spark task attempt's rows left out of its
+  commit) when each copy of the value came from another producer id (the final
+  read_uncommitted scan's ``producers``); two copies from one producer still count.
 - ``inconsistent-offset``: one offset read with two values, or read as empty by a read that
   covered it and with a value by another (same isolation level).
 - ``nonmonotonic-poll``: a consumer's offsets, snapshot or bounds went backwards;
@@ -240,10 +245,43 @@ def _resolved_aborted(txns: dict[str, Txn], final: dict[str, Any],
                                                 for v in t.values)}
 
 
+def _aborted_copies(polls: list[dict[str, Any]]) -> set[tuple[str, int]]:
+    """Offsets that hold aborted data: read under read_uncommitted, inside the range of
+    some read_committed read (above its log start) that returned nothing there, and never
+    returned by any read_committed read. A record there belongs to an aborted batch: Kafka
+    shows it under read_uncommitted (a retried Spark task attempt's rows left out of the
+    commit, a producer's batch written again after an abort), never under read_committed,
+    so a value seen there and at one committed offset is not a duplicate. A copy that some
+    read_committed read returned, or that no read_committed read covered, still counts."""
+    rc_returned: set[tuple[str, int]] = set()
+    rc_ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    ru: set[tuple[str, int]] = set()
+    for op in polls:
+        if op.get("isolation") == "read_committed":
+            rc_returned.update((tp, offset) for tp, offset, _ in _reads(op))
+            start = op.get("log_start") or {}
+            for tp, (lo, hi) in (op.get("ranges") or {}).items():
+                lo = max(lo, start.get(tp, 0))
+                if hi > lo:
+                    rc_ranges[tp].append((lo, hi))
+        else:
+            ru.update((tp, offset) for tp, offset, _ in _reads(op))
+    return {(tp, offset) for tp, offset in ru - rc_returned
+            if any(lo <= offset < hi for lo, hi in rc_ranges.get(tp, ()))}
+
+
 def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn],
                   resolved_aborted: AbstractSet[str] = frozenset()) -> None:
-    """aborted-read, duplicate (across reads and within one), phantom-read."""
+    """aborted-read, duplicate (across reads and within one), phantom-read.
+
+    A copy of a value at an offset of aborted data (``_aborted_copies``) is not a
+    duplicate when each copy of the value was written by another producer (a retried
+    Spark task attempt is a producer of its own); two copies from one producer are (a
+    Kafka client's batch written twice), and so is a copy whose producer is unknown.
+    Exempt copies are counted in the ``aborted_copies`` stat."""
+    aborted_at = _aborted_copies(polls)
     seen_at: dict[int, tuple[str, int]] = {}
+    copies: dict[int, set[tuple[str, int]]] = defaultdict(set)
     for op in polls:
         rc = op.get("isolation") == "read_committed"
         in_this: set[int] = set()
@@ -256,6 +294,9 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
                 res.add("aborted-read", proc=op["proc"], mode=op.get("mode"), tp=tp,
                         offset=offset, value=value, txn=txn.id, commit=txn.commit,
                         abort=txn.abort, resolved_by_final=txn.status == "unknown")
+            if (tp, offset) in aborted_at:
+                copies[value].add((tp, offset))
+                continue
             if value in in_this:
                 res.add("duplicate", proc=op["proc"], value=value, tp=tp, offset=offset,
                         note="twice in one read")
@@ -265,6 +306,42 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
                 res.add("duplicate", value=value, txn=txn.id, at=[prev, (tp, offset)],
                         proc=op["proc"])
                 seen_at[value] = (tp, offset)
+    producer_of = _producers([op for op in polls if op.get("producers")])
+    exempt = 0
+    for value, at in copies.items():
+        kept = seen_at.get(value)
+        where = sorted(at | ({kept} if kept else set()))
+        if len(where) < 2:
+            exempt += len(at)  # aborted data read once: no second copy
+            continue
+        pids = [producer_of(tp, offset) for tp, offset in where]
+        if None in pids or len(set(pids)) < len(pids):
+            res.add("duplicate", value=value, txn=by_value[value].id, at=where,
+                    producers=pids, note="copies in aborted data from one producer "
+                    "(or of unknown producer)")
+        else:
+            exempt += len(at)
+    if exempt:
+        res.stats["aborted_copies"] = exempt
+
+
+def _producers(ops: list[dict[str, Any]]) -> Any:
+    """``(tp, offset) -> producer id or None`` from the ``producers`` of scans."""
+    spans: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for op in ops:
+        for tp, rows in op["producers"].items():
+            spans[tp].extend((int(a), int(b), int(pid)) for a, b, pid in rows)
+    for rows in spans.values():
+        rows.sort()
+
+    def producer_of(tp: str, offset: int) -> int | None:
+        rows = spans.get(tp, [])
+        i = bisect.bisect_right(rows, (offset, 1 << 62, 1 << 62)) - 1
+        if i >= 0 and rows[i][0] <= offset <= rows[i][1]:
+            return rows[i][2]
+        return None
+
+    return producer_of
 
 
 def _deleted(op: dict[str, Any], loc: tuple[str, int] | None) -> bool:

@@ -14,7 +14,9 @@ Operations (``f``), each with ``proc``, ``t0``/``t1`` (wall-clock seconds) and `
   snapshot, ``final`` = the last such scan, after every fault healed; ``spark`` = a Spark
   batch read), ``snapshot`` ([epoch, seq] or null), ``bounds`` ({"t-p": [hw, lso]}),
   ``ranges`` ({"t-p": [from, to]}: offsets the read covered; null when unknown),
-  ``reads`` ({"t-p": [[offset, value], ...]}).
+  ``reads`` ({"t-p": [[offset, value], ...]}); the final read_uncommitted scan also has
+  ``producers`` ({"t-p": [[base offset, last offset, producer id], ...]}: the stored data
+  batches it covered).
 - ``info``: free-form notes (fault injected, process restarted); ignored by the checker.
 """
 

@@ -995,7 +995,8 @@ class Scenario:
             return
         with HistoryWriter(self.hist_dir / "final.jsonl", "final") as h:
             for iso in ("read_committed", "read_uncommitted"):
-                h.write("poll", mode="final", **workload.scan_op(self.root, iso))
+                h.write("poll", mode="final", **workload.scan_op(
+                    self.root, iso, producers=iso == "read_uncommitted"))
 
     def txn_ids(self) -> list[str]:
         ids = [f"chaos-{self.fault}{self.seed}-w{w}" for w in self.producers]

@@ -128,6 +128,36 @@ def test_duplicate() -> None:
     assert "duplicate" in kinds(ops)
 
 
+def test_a_copy_in_aborted_data_is_not_a_duplicate() -> None:
+    """A killed Spark task attempt's rows stay in the log as aborted data: read_uncommitted
+    shows them, read_committed skips them. Only such a copy, written by another producer
+    (the attempt's own member id) than the kept copy, is exempt."""
+    ranges = {"a-0": [0, 4], "b-0": [0, 1]}
+    ru = poll({"a-0": [[1, 1], [3, 1]], "b-0": [[0, 2]]}, iso="read_uncommitted",
+              proc="u1", ranges=ranges)
+    ru["producers"] = {"a-0": [[1, 1, 7], [3, 3, 8]], "b-0": [[0, 0, 8]]}
+    fin = final({"a-0": [[3, 1]], "b-0": [[0, 2]]}, ranges=ranges)
+    res = check([*T1, ru, fin])
+    assert res.valid, res.summary()
+    assert res.stats["aborted_copies"] == 1
+    # one producer wrote the value at 1 and at 3: a batch written twice
+    same = dict(ru, producers={"a-0": [[1, 1, 8], [3, 3, 8]], "b-0": [[0, 0, 8]]})
+    assert kinds([*T1, same, fin]) == {"duplicate"}
+    # producers unknown: counted
+    unknown = {k: v for k, v in ru.items() if k != "producers"}
+    assert kinds([*T1, unknown, fin]) == {"duplicate"}
+    # no read_committed read covered offset 1: it may be a committed copy; counted
+    uncovered = final({"a-0": [[3, 1]], "b-0": [[0, 2]]}, ranges={"a-0": [2, 4], "b-0": [0, 1]})
+    assert kinds([*T1, ru, uncovered]) == {"duplicate"}
+    # a read_committed read returned the copy too: a duplicate however the rest reads
+    rc = poll({"a-0": [[1, 1]]}, mode="scan", ranges={"a-0": [0, 2]})
+    assert "duplicate" in kinds([*T1, ru, rc, fin])
+    # covered, but below that read's log start (deleted, not skipped): counted
+    deleted = final({"a-0": [[3, 1]], "b-0": [[0, 2]]}, ranges=ranges)
+    deleted["log_start"] = {"a-0": 2}
+    assert "duplicate" in kinds([*T1, ru, deleted])
+
+
 def test_inconsistent_offsets() -> None:
     ops = [*T1, *T3, poll({"a-0": [[0, 1]]}, mode="scan"), poll({"a-0": [[0, 4]]}, mode="scan")]
     assert "inconsistent-offset" in kinds(ops)

@@ -24,6 +24,7 @@ from txnlog.coordinator import errors as cerr
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.producer import TransactionalProducer
 from txnlog.log_format import layout
+from txnlog.log_format.batch_header import parse_header
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.manifest import MIN_GRACE_MS, read_latest_manifest
 from txnlog.log_format.reader import PartitionReader
@@ -312,7 +313,7 @@ def _read_op(c: Consumer, before: dict[Any, int], out: dict[Any, list[Any]], t0:
             "reads": reads}
 
 
-def scan_op(root: str, isolation: str) -> dict[str, Any]:
+def scan_op(root: str, isolation: str, producers: bool = False) -> dict[str, Any]:
     """Every partition from its start up to one snapshot's bound (a fresh consumer)."""
     t0 = time.time()
     c = Consumer(root, list(TOPICS), isolation_level=isolation)  # type: ignore[arg-type]
@@ -321,7 +322,35 @@ def scan_op(root: str, isolation: str) -> dict[str, Any]:
     out: dict[Any, list[Any]] = {}
     for tp, batch in c.iter_batches():
         out.setdefault(tp, []).append(batch)
-    return {**_read_op(c, before, out, t0, "ok", None), "log_start_begin": begin}
+    op = {**_read_op(c, before, out, t0, "ok", None), "log_start_begin": begin}
+    if producers:
+        op["producers"] = batch_producers(c, op["ranges"])
+    return op
+
+
+def batch_producers(c: Consumer, ranges: dict[str, list[int]]) -> dict[str, list[list[int]]]:
+    """{"t-p": [[base offset, last offset, producer id], ...]} of the data batches stored in
+    each range a scan covered, from the stored batch headers: which producer (a Kafka
+    client, a Spark task attempt's member) wrote each record, for the checker to tell an
+    excluded attempt's aborted copy from one producer writing a value twice."""
+    got: dict[str, list[list[int]]] = {}
+    for tp in c.assignment():
+        key = tp_key(tp.topic, tp.partition)
+        start, end = ranges.get(key, (0, 0))
+        rows = got.setdefault(key, [])
+        reader = c._readers[tp]
+        while start < end:
+            raw = reader.read_raw(start, 16 << 20, end)
+            if not raw.data:
+                break
+            pos = 0
+            while pos < len(raw.data):
+                h = parse_header(raw.data, pos)
+                if not h.is_control:
+                    rows.append([h.base_offset, h.last_offset, h.producer_id])
+                pos += h.size
+            start = raw.next_offset
+    return got
 
 
 class _CountingStorage:
