@@ -114,7 +114,7 @@ def test_compacted_topic_keeps_latest_per_key_and_offsets(every_root: str,
         # a reader in flight: it lists now and reads after what it listed was compacted
         # away and deleted (it must read the newest manifest and go on)
         early = PartitionReader(storage, "c", 0)
-        early.segments()
+        listed = [(seg.path, seg.base_offset) for seg in early.segments()]
         man = wait_compacted(storage, "c")
         after, offsets = table(storage, "c")
         assert after == latest(model)
@@ -150,6 +150,19 @@ def test_compacted_topic_keeps_latest_per_key_and_offsets(every_root: str,
                 write(root, proc.endpoint, "c", 10, model, written, start=200)
             time.sleep(0.5)
         assert not storage.exists(first.path("c", 0))
+        # every object the in-flight reader listed and compaction or merging replaced is
+        # gone too (deleted a grace period after its own replacement, which may come after
+        # the first cleaned segment's): it must find what it listed gone and read what
+        # replaced it, the records a fresh reader at its snapshot reads
+        def replaced_left() -> list[str]:
+            man = read_latest_manifest(storage, "c", 0)
+            kept = {o.path("c", 0) for o in man.objects}
+            return [p for p, base in listed  # below man.end_offset: merged or cleaned
+                    if base < man.end_offset and p not in kept and storage.exists(p)]
+        deadline = time.monotonic() + 60
+        while replaced_left() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not replaced_left()
         assert "stopped:" not in proc.log_text()
         late = early.read_table()  # [0, the LSO it held): what is left of it now
         fresh = PartitionReader(storage, "c", 0, snapshot=early.snapshot).read_table()
