@@ -402,11 +402,18 @@ class CoordinatorClient:
         return self.call("delete_topic", {"name": name})
 
     def alter_configs(self, name: str, set_configs: Mapping[str, Any] | None = None,
-                      delete: list[str] | None = None, validate_only: bool = False
+                      delete: list[str] | None = None, validate_only: bool = False, *,
+                      append: Mapping[str, str] | None = None,
+                      subtract: Mapping[str, str] | None = None, replace: bool = False
                       ) -> dict[str, Any]:
-        """IncrementalAlterConfigs of one topic (SET and DELETE); its configs after it."""
+        """IncrementalAlterConfigs of one topic (SET, DELETE, and APPEND/SUBTRACT of list
+        items); ``replace``: AlterConfigs (what ``set_configs`` does not name goes back to
+        its default). Its configs after it."""
         return self.call("alter_configs", {"name": name, "set": dict(set_configs or {}),
                                            "delete": list(delete or []),
+                                           "append": dict(append or {}),
+                                           "subtract": dict(subtract or {}),
+                                           "replace": replace,
                                            "validate_only": validate_only})
 
     def describe_topic(self, name: str) -> dict[str, Any]:

@@ -211,6 +211,9 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "set": Field(ConfigMap(), required=False, default={}, nullable=True),
         "delete": Field(ListOf(Str(max_bytes=255), max_items=MAX_CONFIG_ENTRIES),
                         required=False, nullable=True),
+        "append": Field(ConfigMap(), required=False, default={}, nullable=True),
+        "subtract": Field(ConfigMap(), required=False, default={}, nullable=True),
+        "replace": Field(Bool(), required=False, default=False),
         "validate_only": Field(Bool(), required=False, default=False)}),
 }
 

@@ -23,7 +23,13 @@ from .errors import (
     UnknownTopicOrPartitionError,
     validate_topic_name,
 )
-from .topic_config import TOPIC_CONFIGS, effective_config, validate_topic_config
+from .topic_config import (
+    DEFAULTS,
+    LIST_CONFIGS,
+    TOPIC_CONFIGS,
+    effective_config,
+    validate_topic_config,
+)
 from .txn_log_records import LogRecord
 
 if TYPE_CHECKING:
@@ -52,10 +58,18 @@ def check_values(config: dict[str, str]) -> None:
 
 
 async def alter_configs(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
-    """IncrementalAlterConfigs of one topic: ``set`` (SET) and ``delete`` (DELETE: back to
-    the default). Every entry is checked as CreateTopics checks them (unknown names and bad
+    """IncrementalAlterConfigs of one topic: ``set`` (SET), ``delete`` (DELETE: back to
+    the default), ``append`` and ``subtract`` (APPEND/SUBTRACT of list items, for list
+    configs); ``replace``: AlterConfigs, every config not in ``set`` goes back to its
+    default. Every entry is checked as CreateTopics checks them (unknown names and bad
     values refused, nothing changed); ``validate_only`` checks and changes nothing.
-    Answers the topic's configs after the change."""
+
+    The new configs are computed from the coordinator's state and logged with no await in
+    between (the log record is applied to the state as it is queued), so alterations of
+    one topic apply one after the other, each to what the one before left: two at once
+    never lose either's change. APPEND/SUBTRACT are computed here for that reason (a
+    client reading the configs and sending a SET could lose a concurrent change). Answers
+    the topic's configs after the change."""
     name = validate_topic_name(b["name"])
     if name not in e.state.topics:
         try:
@@ -65,23 +79,48 @@ async def alter_configs(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
         await e.describe_topic(name)  # the coordinator learns it (a topic record)
     set_cfg = validate_topic_config({str(k): str(v) for k, v in (b.get("set") or {}).items()})
     delete = [str(x) for x in b.get("delete") or []]
-    unknown = [x for x in delete if x not in TOPIC_CONFIGS]
+    lists = {op: {str(k): [x.strip() for x in str(v).split(",") if x.strip()]
+                  for k, v in (b.get(op) or {}).items()} for op in ("append", "subtract")}
+    unknown = [x for x in [*delete, *lists["append"], *lists["subtract"]]
+               if x not in TOPIC_CONFIGS]
     if unknown:
         raise InvalidConfigError(f"unknown topic config {unknown[0][:100]!r}; known: "
                                  f"{', '.join(sorted(TOPIC_CONFIGS))}")
+    for op, given in lists.items():
+        not_list = sorted(k for k in given if k not in LIST_CONFIGS)
+        if not_list:
+            raise InvalidRequestError(f"Config value {op} is not allowed for config key: "
+                                      f"{not_list[0]}")
     both = sorted(set(set_cfg) & set(delete))
     if both:
         raise InvalidConfigError(f"topic config {both[0]!r} is both set and deleted")
-    config = {k: v for k, v in e.state.topics[name].get("config", {}).items()
-              if k not in delete}
+    named = [*set_cfg, *delete, *lists["append"], *lists["subtract"]]
+    twice = sorted({k for k in named if named.count(k) > 1})
+    if twice:
+        raise InvalidConfigError(f"topic config {twice[0]!r} is altered more than once")
+    current = dict(e.state.topics[name].get("config", {}))
+    config = {} if b.get("replace") else {k: v for k, v in current.items()
+                                          if k not in delete}
     config.update(set_cfg)
-    check_values(config)
-    if not b.get("validate_only") and config != e.state.topics[name].get("config", {}):
+    for k, given in lists["append"].items():
+        have = _items(current.get(k, DEFAULTS.get(k, "")))
+        config[k] = ",".join(have + [x for x in given if x not in have])
+    for k, given in lists["subtract"].items():
+        left = [x for x in _items(current.get(k, DEFAULTS.get(k, ""))) if x not in given]
+        if not left:
+            raise InvalidConfigError(f"{k} would be an empty list")
+        config[k] = ",".join(left)
+    check_values(validate_topic_config(config))
+    if not b.get("validate_only") and config != current:
         await e.commits.commit([LogRecord("topic_config", {"id": name, "name": name,
                                                            "config": config})])
-        await e.io.call(rewrite_topic_meta, e.storage, name, e.state.topics[name])
+        await _publish_topic_meta(e, name)
         e.merger.kick()
     return {"name": name, "config": config}
+
+
+def _items(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
 
 
 async def delete_topic(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
@@ -141,7 +180,7 @@ async def create_partitions(e: TransactionCoordinator, b: dict[str, Any]) -> Rep
         await e.commits.commit([LogRecord("topic", {
             "id": name, "name": name, "partitions": total,
             "config": dict(meta.get("config") or {})})])
-        await e.io.call(rewrite_topic_meta, e.storage, name, e.state.topics[name])
+        await _publish_topic_meta(e, name)
         await e.request_stable()
     return {"name": name, "partitions": total}
 
@@ -151,6 +190,16 @@ def _delete_meta(storage: Any, name: str) -> None:
         storage.delete(topics.topic_meta_path(name))
 
 
+async def _publish_topic_meta(e: TransactionCoordinator, name: str) -> None:
+    """rewrite_topic_meta from the state as it is when this rewrite's turn comes: one at a
+    time, so of two changes at once the later write carries both (two writes in
+    threads could land in either order)."""
+    async with e.topic_meta_lock:
+        meta = e.state.topics.get(name)
+        if meta is not None:
+            await e.io.call(rewrite_topic_meta, e.storage, name, dict(meta))
+
+
 def rewrite_topic_meta(storage: Any, name: str, meta: dict[str, Any]) -> None:
     """``_meta/topics/<t>.json`` as the coordinator's state says (configs altered,
     partitions added): the coordinator is the one writer of a root, fenced by its log, and
@@ -158,7 +207,7 @@ def rewrite_topic_meta(storage: Any, name: str, meta: dict[str, Any]) -> None:
     change (tools reading storage see the configs of the log's previous change until then)."""
     old = topics.read_topic(storage, name)
     new = topics.TopicMeta(name, int(meta["partitions"]), dict(meta.get("config") or {}),
-                           old.created_ms)
+                           old.created_ms, old.topic_id)
     storage.put(topics.topic_meta_path(name), new.to_json())
 
 

@@ -57,6 +57,10 @@ def _list_of(*allowed: str) -> Callable[[str], str | None]:
 
 _BOOL = _one_of("true", "false")
 
+# Configs whose value is a comma-separated list: IncrementalAlterConfigs' APPEND and
+# SUBTRACT work on these only (Kafka's ConfigDef.Type.LIST)
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+
 # Kafka's topic-level configs (Kafka 3.x/4.x TopicConfig) and what a valid value is.
 TOPIC_CONFIGS: dict[str, Callable[[str], str | None]] = {
     "cleanup.policy": _list_of("delete", "compact"),

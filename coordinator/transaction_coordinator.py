@@ -108,6 +108,8 @@ class TransactionCoordinator:
         self.storage = storage
         self.max_timeout_ms = max_transaction_timeout_ms
         self.state = CoordinatorState()
+        # _meta/topics rewrites one at a time, each from the state of its turn
+        self.topic_meta_lock = asyncio.Lock()
         self.observer = observer if observer is not None else Observer()
         self.io = StorageIO(storage, self.observer, io_threads)
         self.commits = Commits(self.state)
@@ -626,8 +628,9 @@ class TransactionCoordinator:
     async def create_topic(self, name: str, partitions: int,
                            config: dict[str, Any] | None = None, exist_ok: bool = False
                            ) -> Reply:
-        """CreateTopics (``exist_ok``: an existing topic of another shape is no error);
-        answers as describe_topic."""
+        """CreateTopics; answers as describe_topic. Without ``exist_ok`` a topic that this
+        call did not create is TopicAlreadyExists, as Kafka answers (of two creations of one
+        name at once, one succeeds); with it, an existing topic of any shape is no error."""
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) \
                 or not 1 <= partitions <= topics.MAX_PARTITIONS:
@@ -635,17 +638,20 @@ class TransactionCoordinator:
         cfg = validate_topic_config({str(k): str(v) for k, v in (config or {}).items()})
         if name in self.state.topics_deleting:
             raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
-        meta = await self.io.call(topics.create_topic, self.storage, name, partitions, cfg)
-        if (meta.partitions != partitions or dict(meta.config) != cfg) and not exist_ok:
-            raise TopicAlreadyExistsError(
-                f"topic {name!r} exists with {meta.partitions} partitions and config "
-                f"{dict(meta.config)}")
+        meta, created = await self.io.call(topics.create_topic_if_absent, self.storage, name,
+                                           partitions, cfg)
         if name not in self.state.topics:
+            # logged even when another call created it (or a coordinator died between its
+            # put and its log record): the log knows every topic in storage
             await self.commits.commit([LogRecord("topic", {"id": name, "name": name,
                                                            "partitions": meta.partitions,
                                                            "config": dict(meta.config)})])
         else:
             await self.commits.sync()
+        if not created and not exist_ok:
+            raise TopicAlreadyExistsError(
+                f"Topic '{name}' already exists (with {meta.partitions} partitions and "
+                f"config {dict(meta.config)})")
         await self.request_stable()
         return await self.describe_topic(name)
 

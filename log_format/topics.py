@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +34,17 @@ class TopicMeta:
     partitions: int
     config: Mapping[str, str] = field(default_factory=dict)
     created_ms: int = 0
+    # Kafka's topic id: a random UUID given at creation, so two creations of one name are
+    # told apart (by put-if-absent: their bytes differ) and a topic deleted and created
+    # again is another topic. "" in roots written before it (Kafka's zero UUID).
+    topic_id: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps({"name": self.name, "partitions": self.partitions,
-                           "config": dict(self.config), "created_ms": self.created_ms},
-                          sort_keys=True, separators=(",", ":")).encode()
+        obj: dict[str, Any] = {"name": self.name, "partitions": self.partitions,
+                               "config": dict(self.config), "created_ms": self.created_ms}
+        if self.topic_id:
+            obj["topic_id"] = self.topic_id
+        return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes, source: str = "topic metadata") -> TopicMeta:
@@ -45,7 +52,8 @@ class TopicMeta:
             obj: Any = json.loads(data)
             meta = cls(name=validate_topic(obj["name"]), partitions=int(obj["partitions"]),
                        config={str(k): str(v) for k, v in (obj.get("config") or {}).items()},
-                       created_ms=int(obj.get("created_ms", 0)))
+                       created_ms=int(obj.get("created_ms", 0)),
+                       topic_id=str(uuid.UUID(obj["topic_id"])) if obj.get("topic_id") else "")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TopicMetadataError(f"{source}: not valid topic metadata: {exc}") from exc
         if meta.partitions < 1:
@@ -60,16 +68,25 @@ def create_topic(storage: Storage, name: str, partitions: int,
 
     Callers compare `partitions` of the result when the count matters to them.
     """
+    return create_topic_if_absent(storage, name, partitions, config, now_ms)[0]
+
+
+def create_topic_if_absent(storage: Storage, name: str, partitions: int,
+                           config: Mapping[str, Any] | None = None,
+                           now_ms: int | None = None) -> tuple[TopicMeta, bool]:
+    """(the topic's metadata, whether this call created it): of two creations of one name
+    at the same instant, exactly one is told it created the topic (put-if-absent)."""
     validate_topic(name)
     if isinstance(partitions, bool) or not isinstance(partitions, int) \
             or not 1 <= partitions <= MAX_PARTITIONS:
         raise ValueError(f"partitions must be an int in [1, {MAX_PARTITIONS}], "
                          f"got {partitions!r}")
     meta = TopicMeta(name, partitions, {str(k): str(v) for k, v in (config or {}).items()},
-                     int(time.time() * 1000) if now_ms is None else now_ms)
+                     int(time.time() * 1000) if now_ms is None else now_ms,
+                     str(uuid.uuid4()))
     if storage.put_if_absent(topic_meta_path(name), meta.to_json()):
-        return meta
-    return read_topic(storage, name)
+        return meta, True
+    return read_topic(storage, name), False
 
 
 def read_topic(storage: Storage, name: str) -> TopicMeta:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,76 @@ def test_deleting_a_group_with_offsets_in_an_open_transaction_is_refused(file_ro
         assert admin.delete_consumer_groups(["g"]) == {"g": True}
         with pytest.raises(CoordinatorError, match="at most"):
             admin.delete_consumer_groups(["x" * 40_000])
+
+
+def test_one_of_concurrent_creations_of_a_topic_succeeds(every_root: str) -> None:
+    """Eight clients create one new topic with the same shape at once: exactly one is told
+    it created it, the others TopicAlreadyExists (Kafka's answer; before, every call of an
+    identical shape succeeded). ``exist_ok`` still answers the existing topic. On files
+    and both S3 servers: the decision is storage's put-if-absent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with CoordinatorProc(every_root) as coord:
+        for name in ("race0", "race1", "race2"):
+            with ThreadPoolExecutor(8) as pool:
+                got = list(pool.map(lambda _, n=name: _create(coord, n), range(8)))
+            assert sorted(got) == ["created"] + ["exists"] * 7, got
+            meta = coord.client().create_topic(name, 3, {"retention.ms": "60000"},
+                                               exist_ok=True)
+            assert meta["partitions"] == 3
+        assert _create(coord, "race3") == "created" and _create(coord, "race3") == "exists"
+    with CoordinatorProc(every_root) as again:  # every creation is in the log
+        assert {"race0", "race1", "race2", "race3"} <= set(again.client().list_topics())
+
+
+def _create(coord: CoordinatorProc, name: str) -> str:
+    from txnlog.coordinator.errors import TopicAlreadyExistsError
+
+    try:
+        coord.client().create_topic(name, 3, {"retention.ms": "60000"})
+        return "created"
+    except TopicAlreadyExistsError:
+        return "exists"
+
+
+def test_concurrent_config_alterations_all_land(file_root: str) -> None:
+    """Eight clients alter eight different configs of one topic at once, one of them an
+    APPEND to ``cleanup.policy``: every change is there afterwards, in the coordinator's
+    answer, in storage and after a restart: each alteration is applied to what the one
+    before left. (The gateway computed APPEND from a config it read first, so an APPEND
+    could overwrite a change made in between; the coordinator computes it now.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    changes: list[dict[str, Any]] = [
+        {"set_configs": {"retention.ms": "61000"}}, {"set_configs": {"segment.ms": "62000"}},
+        {"set_configs": {"segment.bytes": "630000"}}, {"set_configs": {"flush.ms": "64000"}},
+        {"set_configs": {"delete.retention.ms": "65000"}},
+        {"set_configs": {"min.compaction.lag.ms": "66"}},
+        {"set_configs": {"max.message.bytes": "67000"}},
+        {"append": {"cleanup.policy": "compact"}}]
+    want = {"retention.ms": "61000", "segment.ms": "62000", "segment.bytes": "630000",
+            "flush.ms": "64000", "delete.retention.ms": "65000",
+            "min.compaction.lag.ms": "66", "max.message.bytes": "67000",
+            "cleanup.policy": "delete,compact"}
+    with CoordinatorProc(file_root) as coord:
+        for round_ in range(3):
+            name = f"cfg{round_}"
+            coord.client().create_topic(name, 1)
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda kw, n=name: coord.client().alter_configs(n, **kw),
+                              changes))
+            assert coord.client().describe_topic(name)["config"] == want
+            stored = {c["name"]: c["value"] for c in AdminClient(file_root).describe_configs(name)
+                      if c["source"] == "TOPIC_CONFIG"}
+            assert stored == want  # _meta/topics, as tools read it
+        # SUBTRACT of the last item, and APPEND to a config that is not a list: refused
+        with pytest.raises(InvalidConfigError, match="empty list"):
+            coord.client().alter_configs("cfg0", subtract={"cleanup.policy": "delete,compact"})
+        with pytest.raises(CoordinatorError, match=r"not allowed for config key: retention\.ms"):
+            coord.client().alter_configs("cfg0", append={"retention.ms": "5"})
+        # AlterConfigs (replace): what it does not set goes back to the default
+        coord.client().alter_configs("cfg0", {"retention.ms": "70000"}, replace=True)
+        assert coord.client().describe_topic("cfg0")["config"] == {"retention.ms": "70000"}
+    with CoordinatorProc(file_root) as again:
+        assert again.client().describe_topic("cfg1")["config"] == want
+        assert again.client().describe_topic("cfg0")["config"] == {"retention.ms": "70000"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from txnlog.log_format.errors import InvalidTopicNameError
 from txnlog.log_format.storage import Storage
@@ -10,6 +12,7 @@ from txnlog.log_format.topics import (
     TopicMetadataError,
     UnknownTopicError,
     create_topic,
+    create_topic_if_absent,
     list_topics,
     read_topic,
 )
@@ -19,10 +22,19 @@ def test_create_read_list(any_root: str) -> None:
     st = Storage.for_url(any_root)
     assert list_topics(st) == []
     meta = create_topic(st, "orders", 4, {"retention.ms": 1000}, now_ms=5)
-    assert meta == TopicMeta("orders", 4, {"retention.ms": "1000"}, 5)
+    assert meta == TopicMeta("orders", 4, {"retention.ms": "1000"}, 5, meta.topic_id)
+    assert uuid.UUID(meta.topic_id).version == 4
     assert read_topic(st, "orders") == meta
-    # a second creator gets the first one's metadata, whatever it asked for
+    # a second creator gets the first one's metadata, whatever it asked for, and is told
+    # it did not create it, even with the same shape in the same millisecond
     assert create_topic(st, "orders", 9, now_ms=6) == meta
+    assert create_topic_if_absent(st, "orders", 4, {"retention.ms": 1000}, now_ms=5) == \
+        (meta, False)
+    # metadata written before topic ids reads with none
+    st.put("_meta/topics/old.json", b'{"name":"old","partitions":1,"config":{},'
+                                    b'"created_ms":1}')
+    assert read_topic(st, "old") == TopicMeta("old", 1, {}, 1, "")
+    st.delete("_meta/topics/old.json")
     create_topic(st, "__consumer_offsets", 50)
     create_topic(st, "a.b_c", 1)
     assert list_topics(st) == ["__consumer_offsets", "a.b_c", "orders"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from txnlog.log_format import layout, topics
 
-from ..errors import CoordinatorError, InvalidConfigError, InvalidTopicError
+from ..errors import CoordinatorError, InvalidTopicError
 from ..topic_admin import check_values
 from ..topic_config import validate_topic_config
 from . import admin_configs as C
@@ -384,49 +384,33 @@ async def _alter(backend: Backend, req: Any, incremental: bool) -> dict[str, Any
 
 async def _alter_topic(call: _Calls, r: Any, incremental: bool, validate_only: bool
                        ) -> None:
-    """SET/DELETE go to the coordinator's alter_configs as they are; APPEND/SUBTRACT of a
-    list config become a SET of the list the topic's current value gives (read from the
-    coordinator just before); AlterConfigs (not incremental) replaces the topic's configs:
-    SET of what it gives, DELETE of every other config the topic sets."""
+    """One coordinator alter_configs call, which applies it atomically: SET, DELETE,
+    APPEND and SUBTRACT as they are (the coordinator computes a list config's new value
+    from its current one under its lock, so two APPENDs at once both land); AlterConfigs
+    (not incremental) is a ``replace``: what it does not SET goes back to its default."""
     names = [c.name for c in r.configs]
     if _dupes(names):
         raise _Refused(E.INVALID_REQUEST, f"config {sorted(_dupes(names))[0]!r} is given "
                                           "more than once")
-    ops = [(c.name, int(getattr(c, "config_operation", SET)), c.value) for c in r.configs]
-    needs_current = not incremental or any(op in (APPEND, SUBTRACT) for _, op, _ in ops)
-    current: dict[str, str] = {}
-    if needs_current:
-        current = dict((await call("describe_topic", {"name": r.resource_name}))
-                       ["config"])
-    set_cfg: dict[str, str] = {}
+    by_op: dict[int, dict[str, str]] = {SET: {}, APPEND: {}, SUBTRACT: {}}
     delete: list[str] = []
-    for name, op, value in ops:
+    for c in r.configs:
+        name, op, value = c.name, int(getattr(c, "config_operation", SET)), c.value
         if op in (SET, APPEND, SUBTRACT) and value is None:
             raise _Refused(E.INVALID_REQUEST, f"null value not supported for {name!r}")
-        if op == SET:
-            set_cfg[name] = value
-        elif op == DELETE:
+        if op == DELETE:
             delete.append(name)
-        elif op in (APPEND, SUBTRACT):
-            if name not in C.LIST_CONFIGS:
+        elif op in by_op:
+            if op != SET and name not in C.LIST_CONFIGS:
                 what = "append" if op == APPEND else "subtract"
                 raise _Refused(E.INVALID_REQUEST, f"config value {what} is not allowed for "
                                                   f"config key: {name}")
-            have = [x.strip() for x in current.get(
-                name, C.TOPIC_CONFIG_INFO[name][0]).split(",") if x.strip()]
-            given = [x.strip() for x in value.split(",") if x.strip()]
-            if op == APPEND:
-                new = have + [x for x in given if x not in have]
-            else:
-                new = [x for x in have if x not in given]
-            if not new:
-                raise InvalidConfigError(f"{name} would be an empty list")
-            set_cfg[name] = ",".join(new)
+            by_op[op][name] = value
         else:
             raise _Refused(E.INVALID_REQUEST, f"unknown config operation {op} for {name!r}")
-    if not incremental:
-        delete = [k for k in current if k not in set_cfg]
-    await call("alter_configs", {"name": r.resource_name, "set": set_cfg, "delete": delete,
+    await call("alter_configs", {"name": r.resource_name, "set": by_op[SET],
+                                 "delete": delete, "append": by_op[APPEND],
+                                 "subtract": by_op[SUBTRACT], "replace": not incremental,
                                  "validate_only": validate_only})
 
 

@@ -10,6 +10,7 @@ where that value comes from (the topic, or the broker's default) and its type, a
 
 from __future__ import annotations
 
+from .. import topic_config
 from ..topic_config import DEFAULTS, LONG_MAX, TOPIC_CONFIGS
 
 # Kafka's ConfigSource and ConfigType (DescribeConfigs v1+ / v3+)
@@ -54,6 +55,7 @@ TOPIC_CONFIG_INFO: dict[str, tuple[str, int, str | None]] = {
 assert set(TOPIC_CONFIG_INFO) == set(TOPIC_CONFIGS)
 assert all(TOPIC_CONFIG_INFO[k][0] == v for k, v in DEFAULTS.items())
 LIST_CONFIGS = frozenset(k for k, (_, t, _) in TOPIC_CONFIG_INFO.items() if t == LIST)
+assert LIST_CONFIGS == topic_config.LIST_CONFIGS
 
 
 def topic_entries(config: dict[str, str], keys: list[str] | None, synonyms: bool
