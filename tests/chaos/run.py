@@ -132,6 +132,7 @@ class Outcome:
     stream_records: int = 0  # output records of the stream checked exactly-once
     one_shot_retries: int = 0  # retried EndTxns of one-shot ids (checker: early-drop)
     one_shot_retries_same: int = 0  # ... answered as the first time (the rest: unknown id)
+    aborted_copies: int = 0  # values read in aborted data of another producer (checker)
     one_shot_dropped: int = 0  # one-shot ids the coordinators dropped (their logs)
     merges: int = 0  # manifests published (the newest one's seq, summed over partitions)
     segments: int = 0  # closed Kafka segments (level 0) named by the newest manifests
@@ -939,7 +940,7 @@ class Scenario:
         out.examples = res.anomalies
         for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records",
                   "torn_above_lso", "stream_records", "one_shot_retries",
-                  "one_shot_retries_same"):
+                  "one_shot_retries_same", "aborted_copies"):
             setattr(out, k, res.stats.get(k, 0))
         for log_file in self.dir.glob("coord-*.log"):
             out.one_shot_dropped += sum(
