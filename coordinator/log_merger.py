@@ -120,7 +120,8 @@ class LogMerger:
         isolate = self.settings.isolate
         if isolate is None:
             isolate = not self.storage.url.startswith("file:")
-        self.worker = MergeWorker(*spec) if isolate and spec is not None else None
+        self.worker = MergeWorker(*spec, timeout_s=self.settings.worker_timeout_s) \
+            if isolate and spec is not None else None
         self._wake: asyncio.Event | None = None
         # other roles run in this loop, between finishing planned merges and new ones, so
         # they never interleave with a merge of the partition: retention (issue 14) and the

@@ -54,10 +54,13 @@ class MergeSettings:
     idle_ms: int = 30_000  # a partition touched this long ago is looked at even if few
     # read and build merges in a worker process (merge_worker.py); None: on remote storage
     isolate: bool | None = None
+    worker_timeout_s: float = 600.0  # a merge in the worker taking longer: killed, retried
 
     def __post_init__(self) -> None:
         if self.min_objects < 2 or self.fanout < 2 or self.max_inputs < 2:
             raise ValueError("merge min objects, fanout and max inputs must be >= 2")
+        if not self.worker_timeout_s > 0:
+            raise ValueError("the merge worker timeout must be > 0 s")
 
 
 @dataclass(frozen=True)

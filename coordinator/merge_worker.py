@@ -14,12 +14,16 @@ path: a local read costs microseconds of CPU, and a process hop would cost more 
 
 The worker is spawned (never forked: the coordinator has threads), started at the first
 merge, dies with the coordinator (``PR_SET_PDEATHSIG``), and is started again if it dies:
-the merge it was doing is retried at the next tick, as after a storage error.
+the merge it was doing is retried at the next tick, as after a storage error. A worker
+that does not answer within ``timeout_s`` (stopped, or stuck on a connection the S3
+client's own timeouts do not end) is killed and replaced the same way: merging must not
+stall for good behind one process, while commits go on and small objects pile up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -42,6 +46,10 @@ from .merge_state import SMALL
 Row = tuple[int, int, int, bool]
 READ_THREADS = 32  # inputs are read in parallel: on S3 one round of GETs, not eight
 WORKER_NICE = 10  # the worker's scheduling priority below the coordinator's
+# how long one merge may take in the worker before it is killed and the merge retried: far
+# above a merge's time (max_inputs objects, at most a segment's bytes, read in parallel)
+DEFAULT_TIMEOUT_S = 600.0
+START_TIMEOUT_S = 120.0  # for a new worker to start and answer
 
 _storage: Storage | None = None
 _reads: ThreadPoolExecutor | None = None
@@ -98,12 +106,18 @@ def _in_worker(topic: str, p: int, rows: list[Row]
     return read_and_merge(_storage, _reads, topic, p, rows)
 
 
+def _ready() -> bool:
+    return _storage is not None
+
+
 class MergeWorker:
     """One spawned process that reads and merges for the coordinator's merger."""
 
-    def __init__(self, root: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, root: str, options: Mapping[str, Any] | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.root = root
         self.options = dict(options or {})
+        self.timeout_s = timeout_s
         self._executor: ProcessPoolExecutor | None = None
 
     def _pool(self) -> ProcessPoolExecutor:
@@ -117,14 +131,30 @@ class MergeWorker:
                              ) -> tuple[list[tuple[int, int]], MergedSegment]:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool(), _in_worker, topic, p, list(rows))
+            if self._executor is None:
+                # a new worker first starts (spawn, imports, its S3 client): seconds under
+                # load, not counted against a merge's timeout
+                await asyncio.wait_for(loop.run_in_executor(self._pool(), _ready),
+                                       max(self.timeout_s, START_TIMEOUT_S))
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool(), _in_worker, topic, p, list(rows)),
+                self.timeout_s)
         except BrokenProcessPool as exc:
             self._drop()
             raise StorageError(f"the merge worker process died ({exc}); the merge is "
                                "retried with a new one") from None
+        except TimeoutError:
+            self._drop(kill=True)
+            raise StorageError(f"the merge worker did not answer in time ({self.timeout_s:g} s "
+                               "for a merge); it was killed and the merge is retried with a "
+                               "new one") from None
 
-    def _drop(self) -> None:
+    def _drop(self, kill: bool = False) -> None:
         if self._executor is not None:
+            if kill:  # a stopped process ignores SIGTERM until resumed: SIGKILL
+                for proc in list(getattr(self._executor, "_processes", {}).values()):
+                    with contextlib.suppress(ProcessLookupError, OSError):
+                        os.kill(proc.pid, signal.SIGKILL)
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 

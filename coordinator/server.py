@@ -68,6 +68,17 @@ def _at_least_two(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a clear usage error otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def _non_negative_int(text: str) -> int:
     """argparse type: an int >= 0 (a clear usage error otherwise)."""
     try:
@@ -125,6 +136,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read and build merges in a worker process of their own: on "
                              "remote storage by default (auto), where the S3 client's CPU "
                              "would otherwise slow commits (coordinator/merge_worker.py)")
+    parser.add_argument("--merge-worker-timeout-s", type=_positive_float, default=600.0,
+                        help="a merge the worker process has not finished after this many "
+                             "seconds: the worker is killed and the merge retried "
+                             "(default 600)")
     parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
                         help="how often retention.ms/retention.bytes are applied (Kafka's "
                              "log.retention.check.interval.ms, default 300000)")
@@ -232,7 +247,8 @@ class CoordinatorServer:
                                          fanout=args.merge_fanout,
                                          interval_s=args.merge_interval_s,
                                          isolate={"auto": None, "on": True,
-                                                  "off": False}[args.merge_process]),
+                                                  "off": False}[args.merge_process],
+                                         worker_timeout_s=args.merge_worker_timeout_s),
             merging=not args.no_merge,
             retention_check_interval_ms=args.retention_check_interval_ms)
         self.metrics = Metrics(self.coordinator)

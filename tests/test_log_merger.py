@@ -8,6 +8,7 @@ while it serves."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
@@ -311,6 +312,34 @@ def _merge_workers(coordinator_pid: int) -> list[int]:
         if ppid == str(coordinator_pid) and b"spawn_main" in cmdline:
             found.append(int(stat.parent.name))
     return found
+
+
+def test_a_merge_worker_that_stops_answering_is_killed_and_replaced(s3_root: str) -> None:
+    """A merge worker that hangs (here SIGSTOPped with a merge in hand) would stall merging
+    for good while small objects pile up: after ``--merge-worker-timeout-s`` it is killed,
+    a new one does the merge, and reads stay the committed values."""
+    import os
+    import signal
+
+    storage = Storage.for_url(s3_root)
+    with coordinator(s3_root, "--merge-worker-timeout-s", "10") as proc:
+        client = CoordinatorClient(proc.endpoint)
+        client.create_topic("hang", 1)
+        committed = write(s3_root, proc.endpoint, "hang", 24, abort_every=0)
+        wait_manifest(storage, "hang", PartitionReader(storage, "hang", 0).high_watermark() - 8)
+        [stuck] = _merge_workers(proc.pid)
+        os.kill(stuck, signal.SIGSTOP)
+        try:
+            committed += write(s3_root, proc.endpoint, "hang", 24, start=24, abort_every=0)
+            wait_manifest(storage, "hang",
+                          PartitionReader(storage, "hang", 0).high_watermark() - 8)
+            assert "merge worker did not answer in time (10 s" in proc.log_text()
+            replaced = _merge_workers(proc.pid)
+            assert replaced and stuck not in replaced, (stuck, replaced)
+            assert values(storage, "hang") == committed
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stuck, signal.SIGCONT)
 
 
 def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: str) -> None:
