@@ -85,6 +85,19 @@ class CoordinatorProc(ServerProcess):
     def pid(self) -> int:
         return self.proc.pid
 
+    def merge_workers(self) -> list[int]:
+        """Pids of its spawned merge worker processes (coordinator/merge_worker.py)."""
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except (OSError, IndexError):
+                continue
+            if ppid == str(self.pid) and b"spawn_main" in cmdline:
+                found.append(int(stat.parent.name))
+        return found
+
     def wait_healthy(self, timeout: float = 60.0) -> str:
         storage = Storage.for_url(self.root)
         deadline = time.monotonic() + timeout

@@ -300,20 +300,6 @@ def test_a_big_merged_segment_is_read_in_pieces_cut_at_batch_starts(file_root: s
             small.read_table(begin).set_column(2, "topic", reader.read_table(begin)["topic"]))
 
 
-def _merge_workers(coordinator_pid: int) -> list[int]:
-    """The coordinator's spawned merge worker processes (coordinator/merge_worker.py)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = stat.read_text().rsplit(")", 1)[1].split()[1]
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if ppid == str(coordinator_pid) and b"spawn_main" in cmdline:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def test_a_merge_worker_that_stops_answering_is_killed_and_replaced(s3_root: str) -> None:
     """A merge worker that hangs (here SIGSTOPped with a merge in hand) would stall merging
     for good while small objects pile up: after ``--merge-worker-timeout-s`` it is killed,
@@ -327,14 +313,14 @@ def test_a_merge_worker_that_stops_answering_is_killed_and_replaced(s3_root: str
         client.create_topic("hang", 1)
         committed = write(s3_root, proc.endpoint, "hang", 24, abort_every=0)
         wait_manifest(storage, "hang", PartitionReader(storage, "hang", 0).high_watermark() - 8)
-        [stuck] = _merge_workers(proc.pid)
+        [stuck] = proc.merge_workers()
         os.kill(stuck, signal.SIGSTOP)
         try:
             committed += write(s3_root, proc.endpoint, "hang", 24, start=24, abort_every=0)
             wait_manifest(storage, "hang",
                           PartitionReader(storage, "hang", 0).high_watermark() - 8)
             assert "merge worker did not answer in time (10 s" in proc.log_text()
-            replaced = _merge_workers(proc.pid)
+            replaced = proc.merge_workers()
             assert replaced and stuck not in replaced, (stuck, replaced)
             assert values(storage, "hang") == committed
         finally:
@@ -356,12 +342,12 @@ def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: s
         client.create_topic("iso", 1)
         committed = write(s3_root, proc.endpoint, "iso", 24, abort_every=0)
         wait_manifest(storage, "iso", PartitionReader(storage, "iso", 0).high_watermark() - 8)
-        first = _merge_workers(proc.pid)
+        first = proc.merge_workers()
         assert len(first) == 1, first
         os.kill(first[0], signal.SIGKILL)
         committed += write(s3_root, proc.endpoint, "iso", 24, start=24, abort_every=0)
         wait_manifest(storage, "iso", PartitionReader(storage, "iso", 0).high_watermark() - 8)
-        second = _merge_workers(proc.pid)
+        second = proc.merge_workers()
         assert len(second) == 1 and second != first, (first, second)
         assert "merge worker process died" in proc.log_text()
         assert values(storage, "iso") == committed

@@ -55,10 +55,10 @@ FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-fau
                *SPARK_FAULTS, *GATEWAY_FAULTS)
 S3_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
              "zombie", "two-coordinators", "client-kill", "s3-pause", "s3-restart",
-             "s3-proxy", "mixed", *SPARK_FAULTS, *GATEWAY_FAULTS)
+             "s3-proxy", "merge-worker", "mixed", *SPARK_FAULTS, *GATEWAY_FAULTS)
 MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "zombie",
            "two-coordinators", "client-kill", "disk-full", "s3-pause", "s3-restart",
-           "s3-proxy")
+           "s3-proxy", "merge-worker")
 FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
                 "after_complete_before_reply", "mid_snapshot", "after_reserve",
                 "after_log_write", "after_merge_plan", "after_merge_output",
@@ -69,7 +69,9 @@ FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
 # (every ~15 commits to a partition) and merged-away objects are deleted 2 s later (the
 # least file.delete.delay.ms allowed), so merges, segment closes, manifests and deletions
 # happen many times a second, under every fault class.
-MERGE_ARGS = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1"]
+MERGE_ARGS = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interval-s", "0.1",
+              # a stopped merge worker (merge-worker faults) is replaced after this long
+              "--merge-worker-timeout-s", "15"]
 TOPIC_CONFIG = {"segment.bytes": 2048, "file.delete.delay.ms": 2000}
 # Compacted topics (issue 16; ``--compact`` or TXNLOG_CHAOS_COMPACT=1): the same workload
 # (keys k0-k3 per partition) into topics the log cleaner compacts whenever a tenth of their
@@ -430,6 +432,7 @@ class Scenario:
             "spark-driver-kill": self.f_spark_driver_kill,
             "spark-driver-pause": self.f_spark_driver_pause,
             "spark-worker-kill": self.f_spark_worker_kill,
+            "merge-worker": self.f_merge_worker,
             **(self.gateway.faults() if self.gateway is not None else {}),
         }
         while not self.stop_nemesis.wait(self.rng.uniform(1.5, 4.0)):
@@ -447,6 +450,8 @@ class Scenario:
     def _applies(self, kind: str) -> bool:
         if kind == "disk-full":
             return self.mount is not None
+        if kind == "merge-worker":
+            return self.backend == "s3"
         if kind.startswith("s3-"):
             return self.backend == "s3" and (kind != "s3-proxy" or self.proxy is not None)
         return True
@@ -653,6 +658,27 @@ class Scenario:
         for c in self.live_coordinators()[:-1]:
             if self.rng.random() < 0.5:
                 c.kill()
+
+    def f_merge_worker(self) -> bool:
+        """SIGKILL a coordinator's merge worker process (S3: merges run in one), or stop it
+        for 0.5-30 s: past the coordinator's 15 s worker timeout it is killed and replaced
+        by the coordinator itself, with the merge in hand retried."""
+        pids = [w for c in self.live_coordinators() for w in c.merge_workers()]
+        if not pids:
+            return False  # no merge yet since the coordinator started
+        pid = self.rng.choice(pids)
+        if self.rng.random() < 0.5:
+            self.note("kill-merge-worker", pid=pid)
+            _signal(pid, signal.SIGKILL)
+            return True
+        self.note("pause-merge-worker", pid=pid)
+        _signal(pid, signal.SIGSTOP)
+        try:
+            self._sleep(0.5, 30.0)
+        finally:
+            _signal(pid, signal.SIGCONT)
+            self.note("resume-merge-worker", pid=pid)
+        return True
 
     def f_client_kill(self) -> None:
         running = [w for w, p in self.producers.items() if p.poll() is None]
