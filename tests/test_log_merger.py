@@ -300,44 +300,19 @@ def test_a_big_merged_segment_is_read_in_pieces_cut_at_batch_starts(file_root: s
             small.read_table(begin).set_column(2, "topic", reader.read_table(begin)["topic"]))
 
 
-def test_a_merge_worker_that_stops_answering_is_killed_and_replaced(s3_root: str) -> None:
-    """A merge worker that hangs (here SIGSTOPped with a merge in hand) would stall merging
-    for good while small objects pile up: after ``--merge-worker-timeout-s`` it is killed,
-    a new one does the merge, and reads stay the committed values."""
+def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: str) -> None:
+    """On remote storage a merge's reads and build run in a worker process (the S3 client's
+    CPU on the coordinator's threads held the GIL against the commit path: p99 x5,
+    bench/merge_isolation.py). The worker is the coordinator's child; SIGKILLed, the merge it
+    was doing is retried with a new one. One that hangs (SIGSTOPped with a merge in hand)
+    would stall merging for good while small objects pile up: after
+    ``--merge-worker-timeout-s`` it is killed and replaced too. Reads stay the committed
+    values, and the worker dies with its coordinator."""
     import os
     import signal
 
     storage = Storage.for_url(s3_root)
     with coordinator(s3_root, "--merge-worker-timeout-s", "10") as proc:
-        client = CoordinatorClient(proc.endpoint)
-        client.create_topic("hang", 1)
-        committed = write(s3_root, proc.endpoint, "hang", 24, abort_every=0)
-        wait_manifest(storage, "hang", PartitionReader(storage, "hang", 0).high_watermark() - 8)
-        [stuck] = proc.merge_workers()
-        os.kill(stuck, signal.SIGSTOP)
-        try:
-            committed += write(s3_root, proc.endpoint, "hang", 24, start=24, abort_every=0)
-            wait_manifest(storage, "hang",
-                          PartitionReader(storage, "hang", 0).high_watermark() - 8)
-            assert "merge worker did not answer in time (10 s" in proc.log_text()
-            replaced = proc.merge_workers()
-            assert replaced and stuck not in replaced, (stuck, replaced)
-            assert values(storage, "hang") == committed
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(stuck, signal.SIGCONT)
-
-
-def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: str) -> None:
-    """On remote storage a merge's reads and build run in a worker process (the S3 client's
-    CPU on the coordinator's threads held the GIL against the commit path: p99 x5,
-    bench/merge_isolation.py). The worker is the coordinator's child; SIGKILLed, the merge it
-    was doing is retried with a new one, and reads stay the committed values."""
-    import os
-    import signal
-
-    storage = Storage.for_url(s3_root)
-    with coordinator(s3_root) as proc:
         client = CoordinatorClient(proc.endpoint)
         client.create_topic("iso", 1)
         committed = write(s3_root, proc.endpoint, "iso", 24, abort_every=0)
@@ -351,8 +326,21 @@ def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: s
         assert len(second) == 1 and second != first, (first, second)
         assert "merge worker process died" in proc.log_text()
         assert values(storage, "iso") == committed
+        # stopped: killed after the timeout, a third worker does the merge
+        os.kill(second[0], signal.SIGSTOP)
+        try:
+            committed += write(s3_root, proc.endpoint, "iso", 24, start=48, abort_every=0)
+            wait_manifest(storage, "iso",
+                          PartitionReader(storage, "iso", 0).high_watermark() - 8)
+            assert "merge worker did not answer in time (10 s" in proc.log_text()
+            third = proc.merge_workers()
+            assert third and second[0] not in third, (second, third)
+            assert values(storage, "iso") == committed
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(second[0], signal.SIGCONT)
     # it dies with the coordinator
     deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() for pid in second):
+    while any(Path(f"/proc/{pid}").exists() for pid in third):
         assert time.monotonic() < deadline, "the merge worker outlived its coordinator"
         time.sleep(0.2)
