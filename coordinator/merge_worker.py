@@ -28,6 +28,8 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
@@ -83,14 +85,22 @@ def read_and_merge(storage: Storage, reads: ThreadPoolExecutor, topic: str, p: i
     return metas, built
 
 
-def _worker_init(root: str, options: Mapping[str, Any]) -> None:
+def _worker_init(root: str, options: Mapping[str, Any], coordinator_pid: int) -> None:
     """In the worker: die with the coordinator, open the root once."""
     global _storage, _reads
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
-        pass  # not Linux: the worker ends when its queue's pipe closes
+        pass  # not Linux: the watchdog below
+    # PR_SET_PDEATHSIG misses a coordinator killed while this process started (before the
+    # prctl), and an orphaned worker then waits for ever on its queue's pipe, which its
+    # resource tracker keeps open (the chaos runs left such pairs behind): exit as soon as
+    # the coordinator is no longer the parent
+    if os.getppid() != coordinator_pid:
+        os._exit(0)
+    threading.Thread(target=_exit_when_orphaned, args=(coordinator_pid,), daemon=True,
+                     name="merge-worker-watchdog").start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when it stops
     # background work, as Kafka's cleaner threads are throttled: on a busy machine the
     # coordinator's commits get the CPU first; an idle one still gives the worker all it
@@ -104,6 +114,12 @@ def _in_worker(topic: str, p: int, rows: list[Row]
                ) -> tuple[list[tuple[int, int]], MergedSegment]:
     assert _storage is not None and _reads is not None
     return read_and_merge(_storage, _reads, topic, p, rows)
+
+
+def _exit_when_orphaned(coordinator_pid: int) -> None:
+    while os.getppid() == coordinator_pid:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _ready() -> bool:
@@ -124,7 +140,7 @@ class MergeWorker:
         if self._executor is None:
             self._executor = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init, initargs=(self.root, self.options))
+                initializer=_worker_init, initargs=(self.root, self.options, os.getpid()))
         return self._executor
 
     async def read_and_merge(self, topic: str, p: int, rows: Sequence[Row]

@@ -344,3 +344,44 @@ def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: s
     while any(Path(f"/proc/{pid}").exists() for pid in third):
         assert time.monotonic() < deadline, "the merge worker outlived its coordinator"
         time.sleep(0.2)
+
+
+def test_a_merge_worker_whose_coordinator_died_while_it_started_exits(tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG misses a coordinator killed before the worker's prctl: such a worker
+    and its resource tracker waited for ever on each other's pipes (chaos runs left such
+    pairs behind). The worker's start checks its parent is still the coordinator, and a
+    watchdog exits it once orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    started = tmp_path / "worker.pid"
+    worker = (
+        "import os, sys, time\n"
+        "coordinator = os.getppid()\n"
+        f"open({str(started)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(3)  # the coordinator dies while the worker starts\n"
+        "from txnlog.coordinator.merge_worker import _worker_init\n"
+        f"_worker_init({'file://' + str(tmp_path)!r}, {{}}, coordinator)\n"
+        "time.sleep(120)\n")
+    fake_coordinator = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {worker!r}])\n"
+         "time.sleep(120)\n"])
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() or not started.read_text():
+            assert time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.05)
+        pid = int(started.read_text())
+    finally:
+        fake_coordinator.send_signal(signal.SIGKILL)
+        fake_coordinator.wait()
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and \
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError("an orphaned merge worker kept running")
+        time.sleep(0.2)
