@@ -47,7 +47,6 @@ from .merge_state import SMALL
 # (level, base offset, end offset, has .txnindex) of one input, as the merger lists them
 Row = tuple[int, int, int, bool]
 READ_THREADS = 32  # inputs are read in parallel: on S3 one round of GETs, not eight
-WORKER_NICE = 10  # the worker's scheduling priority below the coordinator's
 # how long one merge may take in the worker before it is killed and the merge retried: far
 # above a merge's time (max_inputs objects, at most a segment's bytes, read in parallel)
 DEFAULT_TIMEOUT_S = 600.0
@@ -102,10 +101,11 @@ def _worker_init(root: str, options: Mapping[str, Any], coordinator_pid: int) ->
     threading.Thread(target=_exit_when_orphaned, args=(coordinator_pid,), daemon=True,
                      name="merge-worker-watchdog").start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when it stops
-    # background work, as Kafka's cleaner threads are throttled: on a busy machine the
-    # coordinator's commits get the CPU first; an idle one still gives the worker all it
-    # wants
-    os.nice(WORKER_NICE)
+    # no lower scheduling priority (it ran at nice +10 until session 9): on a machine at
+    # load ~18 the worker then got ~1% of the CPU, merging fell behind for good, and
+    # readers listed ever longer tails of small objects (chaos consumers' polls 20x
+    # slower than with the in-process merger). Merging has to keep up; the process is
+    # for the GIL, not for priority
     _storage = Storage.for_url(root, options)
     _reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="merge-read")
 

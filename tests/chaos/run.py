@@ -663,6 +663,9 @@ class Scenario:
         """SIGKILL a coordinator's merge worker process (S3: merges run in one), or stop it
         for 0.5-30 s: past the coordinator's 15 s worker timeout it is killed and replaced
         by the coordinator itself, with the merge in hand retried."""
+        if self.rng.random() < 0.7:
+            return False  # one tick in three or four (~10 s apart): merges must finish
+            # between faults, or merging never progresses and the run tests nothing
         pids = [w for c in self.live_coordinators() for w in c.merge_workers()]
         if not pids:
             return False  # no merge yet since the coordinator started
