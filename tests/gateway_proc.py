@@ -6,13 +6,15 @@ port comes from ``--port-file`` (written once it listens), so tests never race f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from coordinator_proc import ServerProcess
+from coordinator_proc import CoordinatorProc, ServerProcess
 
 
 class GatewayProc(ServerProcess):
@@ -52,3 +54,20 @@ class GatewayProc(ServerProcess):
         self.wait_listening()
         return self
 
+
+
+@contextlib.contextmanager
+def coordinator_and_gateway(root: str) -> Iterator[tuple[CoordinatorProc, GatewayProc]]:
+    """A healthy coordinator process on ``root`` and a gateway process started beside it,
+    both stopped afterwards. The caller waits for the gateway (``wait_listening``) when it
+    needs it: a fixture seeding the root first overlaps that with the gateway's start."""
+    coord = CoordinatorProc(root)
+    try:
+        coord.wait_healthy()
+        gateway = GatewayProc(root)
+        try:
+            yield coord, gateway
+        finally:
+            gateway.stop()
+    finally:
+        coord.stop()

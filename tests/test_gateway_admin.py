@@ -42,7 +42,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from txnlog import AdminClient
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.layout import TopicPartition
@@ -53,17 +53,11 @@ GW = tuple[str, CoordinatorProc, GatewayProc]
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GW]:
     root = "file://" + str(tmp_path_factory.mktemp("gw-admin"))
-    coord = CoordinatorProc(root)
-    coord.wait_healthy()
-    gateway = GatewayProc(root)
-    try:
+    with coordinator_and_gateway(root) as (coord, gateway):
         gateway.wait_listening()
         yield root, coord, gateway
-    finally:
-        log = gateway.log_text()
-        gateway.stop()
-        coord.stop()
-        assert "Traceback" not in log, log[-4000:]
+    log = gateway.log_text()
+    assert "Traceback" not in log, log[-4000:]
 
 
 def _admin(gateway: GatewayProc) -> CKAdmin:

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import TopicPartition as CKTP
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTP
 from txnlog import TransactionalProducer
@@ -39,10 +39,7 @@ class Root:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Root]:
     root = "file://" + str(tmp_path_factory.mktemp("gw-root"))
-    coord = CoordinatorProc(root)
-    coord.wait_healthy()
-    gw = GatewayProc(root)
-    try:
+    with coordinator_and_gateway(root) as (coord, gw):
         coord.client().create_topic(TOPIC, PARTITIONS)
         committed: set[str] = set()
         aborted: set[str] = set()
@@ -62,9 +59,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Root]:
                     committed |= set(vals)
         gw.wait_listening()
         yield Root(root, coord, gw, committed, aborted)
-    finally:
-        gw.stop()
-        coord.stop()
 
 
 def _kafka_python_values(bootstrap: str, isolation: str, **kw: object) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KTP
 from txnlog.log_format.consumer import Consumer
@@ -29,15 +29,9 @@ PARTITIONS = 4
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, CoordinatorProc,
                                                                    GatewayProc]]:
     root = "file://" + str(tmp_path_factory.mktemp("gw-produce"))
-    coord = CoordinatorProc(root)
-    coord.wait_healthy()
-    gateway = GatewayProc(root)
-    try:
+    with coordinator_and_gateway(root) as (coord, gateway):
         gateway.wait_listening()
         yield root, coord, gateway
-    finally:
-        gateway.stop()
-        coord.stop()
 
 
 def _read_all(root: str, topic: str) -> dict[int, list[tuple[bytes | None, bytes | None]]]:

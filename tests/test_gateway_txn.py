@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from txnlog import TransactionalProducer
 from txnlog.coordinator.errors import (
     InvalidProducerEpochError,
@@ -38,10 +38,7 @@ N = 120
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, CoordinatorProc,
                                                                    GatewayProc]]:
     root = "file://" + str(tmp_path_factory.mktemp("gw-txn"))
-    coord = CoordinatorProc(root)
-    coord.wait_healthy()
-    gateway = GatewayProc(root)
-    try:
+    with coordinator_and_gateway(root) as (coord, gateway):
         client = coord.client()
         client.create_topic("ctp-in", 2)
         client.create_topic("ctp-out", 2)
@@ -53,9 +50,6 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Coordina
             p.commit_transaction()
         gateway.wait_listening()
         yield root, coord, gateway
-    finally:
-        gateway.stop()
-        coord.stop()
 
 
 def _kafka_client(client: Any, tid: str, timeout_ms: int
