@@ -68,29 +68,10 @@ def parse_request(frame: bytes, cls: type[Any]) -> tuple[Any, Any]:
     return header, body
 
 
-_NULLABLE_CACHE: dict[type[Any], list[tuple[str, bool, str, type[Any] | None]]] = {}
-
-
-def _nullability(cls: type[Any]) -> list[tuple[str, bool, str, type[Any] | None]]:
-    """(field, may be null, 'one'|'many'|'plain', nested entity) for each of cls's fields."""
-    got = _NULLABLE_CACHE.get(cls)
-    if got is None:
-        hints = typing.get_type_hints(cls, sys.modules[cls.__module__].__dict__)
-        got = []
-        for f in fields(cls):
-            tp = hints[f.name]
-            nullable = (typing.get_origin(tp) in (typing.Union, types.UnionType)
-                        and type(None) in typing.get_args(tp))
-            kind, ent = _entity_of(tp)
-            got.append((f.name, nullable, kind, ent))
-        _NULLABLE_CACHE[cls] = got
-    return got
-
-
 def _null_where_required(entity: Any, path: str = "") -> str | None:
     """The dotted name of the first field of a decoded entity that is null although its
     schema does not allow null, or None."""
-    for name, nullable, kind, _ent in _nullability(type(entity)):
+    for name, _kafka_type, kind, _ent, _required, nullable in _fields(type(entity)):
         v = getattr(entity, name)
         where = f"{path}{name}"
         if v is None:
@@ -141,10 +122,12 @@ def _entity_of(tp: Any) -> tuple[str, type[Any] | None]:
     return "plain", None
 
 
-_FIELD_CACHE: dict[type[Any], list[tuple[str, str, str, type[Any] | None, bool]]] = {}
+# (name, kafka type, 'one'|'many'|'plain', nested entity, required, may be null)
+_Field = tuple[str, str, str, type[Any] | None, bool, bool]
+_FIELD_CACHE: dict[type[Any], list[_Field]] = {}
 
 
-def _fields(cls: type[Any]) -> list[tuple[str, str, str, type[Any] | None, bool]]:
+def _fields(cls: type[Any]) -> list[_Field]:
     got = _FIELD_CACHE.get(cls)
     if got is None:
         hints = typing.get_type_hints(cls, sys.modules[cls.__module__].__dict__)
@@ -152,9 +135,13 @@ def _fields(cls: type[Any]) -> list[tuple[str, str, str, type[Any] | None, bool]
         for f in fields(cls):
             if not f.init:
                 continue
-            kind, ent = _entity_of(hints[f.name])
+            tp = hints[f.name]
+            kind, ent = _entity_of(tp)
             required = f.default is MISSING and f.default_factory is MISSING
-            got.append((f.name, f.metadata.get("kafka_type", ""), kind, ent, required))
+            nullable = (typing.get_origin(tp) in (typing.Union, types.UnionType)
+                        and type(None) in typing.get_args(tp))
+            got.append((f.name, f.metadata.get("kafka_type", ""), kind, ent, required,
+                        nullable))
         _FIELD_CACHE[cls] = got
     return got
 
@@ -163,7 +150,7 @@ def build(cls: type[Any], values: dict[str, Any]) -> Any:
     """A kio entity of ``cls`` from a plain dict: fields ``cls`` lacks are dropped, nested
     dicts/lists become nested entities, error codes and durations get kio's types."""
     kw: dict[str, Any] = {}
-    for name, kafka_type, kind, ent, _required in _fields(cls):
+    for name, kafka_type, kind, ent, _required, _nullable in _fields(cls):
         if name not in values:
             continue
         v = values[name]
