@@ -266,8 +266,27 @@ def _aborted_copies(polls: list[dict[str, Any]]) -> set[tuple[str, int]]:
                     rc_ranges[tp].append((lo, hi))
         else:
             ru.update((tp, offset) for tp, offset, _ in _reads(op))
+    covered = {tp: _merged(spans) for tp, spans in rc_ranges.items()}
     return {(tp, offset) for tp, offset in ru - rc_returned
-            if any(lo <= offset < hi for lo, hi in rc_ranges.get(tp, ()))}
+            if _inside(covered.get(tp, ()), offset)}
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Half-open ranges as sorted, disjoint ones covering the same offsets."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _inside(spans: Any, offset: int) -> bool:
+    """Whether sorted disjoint half-open ``spans`` hold ``offset`` (a bisect, not a scan of
+    every read's range per offset: histories have tens of thousands of reads)."""
+    i = bisect.bisect_right(spans, (offset, 1 << 62)) - 1
+    return i >= 0 and spans[i][0] <= offset < spans[i][1]
 
 
 def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn],
