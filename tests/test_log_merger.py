@@ -325,6 +325,9 @@ def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: s
         second = proc.merge_workers()
         assert len(second) == 1 and second != first, (first, second)
         assert "merge worker process died" in proc.log_text()
+        # its GETs through Arrow's C++ client (a fifth of s3fs's CPU per request)
+        assert (f"merge worker {first[0]} reads merge inputs with Arrow's S3 client"
+                in proc.log_text())
         assert values(storage, "iso") == committed
         # stopped: killed after the timeout, a third worker does the merge
         os.kill(second[0], signal.SIGSTOP)

@@ -270,6 +270,70 @@ def test_s3_explicit_options(s3_impl_server: Any, monkeypatch: pytest.MonkeyPatc
     assert st.get("x/y") == b"hello"
 
 
+def test_arrow_s3_options_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merge worker's Arrow reader talks to the server s3fs talks to, or is not used."""
+    from txnlog.log_format.storage.s3_arrow import arrow_s3_kwargs
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    assert arrow_s3_kwargs({
+        "storage.endpoint_url": "http://127.0.0.1:1", "storage.region": "eu-west-1",
+        "storage.key": "k", "storage.secret": "s", "storage.anon": "false",
+        "storage.path_style": "true", "storage.max_attempts": "3", "other": "x",
+        "storage.config_kwargs": {"connect_timeout": 3, "read_timeout": 7}}) == {
+        "endpoint_override": "127.0.0.1:1", "scheme": "http", "region": "eu-west-1",
+        "access_key": "k", "secret_key": "s", "anonymous": False,
+        "force_virtual_addressing": False, "connect_timeout": 3.0, "request_timeout": 7.0}
+    assert arrow_s3_kwargs({"storage.client_kwargs": '{"endpoint_url": '
+                            '"https://s3.example:9000", "region_name": "r"}'}) == {
+        "endpoint_override": "s3.example:9000", "scheme": "https", "region": "r"}
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    assert arrow_s3_kwargs({})["endpoint_override"] == "127.0.0.1:2"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:3")
+    assert arrow_s3_kwargs({})["endpoint_override"] == "127.0.0.1:3"
+    # no Arrow equivalent: s3fs stays
+    for options in ({"client_kwargs": {"verify": False}}, {"requester_pays": "true"},
+                    {"s3_additional_kwargs": {"SSECustomerKey": "x"}}, {"profile": "p"},
+                    {"config_kwargs": {"proxies": {}}}, {"key": "k"},
+                    {"endpoint_url": "http://127.0.0.1:1/some/path"}):
+        assert arrow_s3_kwargs({f"storage.{k}": v for k, v in options.items()}) is None
+
+
+def test_arrow_reader_reads_what_s3fs_reads(s3_impl_server: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same bytes as S3Storage.get, by explicit options and by the AWS environment alone;
+    a missing object is FileNotFoundError; a wrong secret is a StorageError."""
+    from txnlog.log_format.storage.s3_arrow import arrow_reader
+
+    root = f"s3://txnlog-tests/arrow-{os.urandom(4).hex()}"
+    st = Storage.for_url(root)
+    bodies = {"p/a.log": os.urandom(300), "p/b.txnindex": b"", "p/c.log": os.urandom(3 << 20)}
+    for path, body in bodies.items():
+        assert st.put_if_absent(path, body)
+
+    def reads_as_s3fs(get: Any, storage: Storage) -> None:
+        assert get is not None
+        for path, body in bodies.items():
+            assert get(path) == body == storage.get(path)
+        with pytest.raises(FileNotFoundError):
+            get("p/missing.log")
+
+    reads_as_s3fs(arrow_reader(st, {}), st)
+    for key in s3_impl_server.env():
+        monkeypatch.delenv(key, raising=False)
+    options = {f"storage.{k}": v for k, v in
+               {"endpoint_url": s3_impl_server.endpoint, "key": s3_impl_server.access_key,
+                "secret": s3_impl_server.secret_key,
+                "region": s3_impl_server.region}.items()}
+    explicit = Storage.for_url(root, options)
+    reads_as_s3fs(arrow_reader(explicit, options), explicit)
+    wrong = dict(options, **{"storage.secret": "not-the-secret"})
+    bad = arrow_reader(Storage.for_url(root, wrong), wrong)
+    assert bad is not None
+    with pytest.raises(StorageError, match="Arrow"):
+        bad("p/a.log")
+
+
 def test_s3_missing_bucket_is_a_clear_error(s3_impl_server: Any) -> None:
     st = Storage.for_url("s3://no-such-bucket-here/p", s3_impl_server.storage_options())
     with pytest.raises(StorageError, match="no-such-bucket-here"):
