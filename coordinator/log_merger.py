@@ -181,6 +181,8 @@ class LogMerger:
             self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
                           for p in range(int(meta["partitions"]))]
         self._mark_backlog()
+        if self.enabled and self.worker is not None:
+            self.worker.start()  # its start now, not among commits at the first merge
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="merger")
 

@@ -119,9 +119,21 @@ def _worker_init(root: str, options: Mapping[str, Any], coordinator_pid: int) ->
     how = ("Arrow's S3 client" if arrow is not None else
            "s3fs (the storage options have no Arrow equivalent)"
            if isinstance(_storage, S3Storage) else "the root's storage")
+    _warm_up()
     sys.stderr.write(f"txnlog merge worker {os.getpid()} reads merge inputs with {how}\n")
     sys.stderr.flush()
     _reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="merge-read")
+
+
+def _warm_up() -> None:
+    """Merge two tiny objects once, at the worker's start: the first merge otherwise loads
+    the scan kernels (numba) then, and a worker's start is the coordinator's start, not a
+    moment when commits are being answered."""
+    from txnlog.log_format.records import encode_batch
+
+    merge_segment([SegmentInput(b, b + 1, encode_batch([(b"k", b"v", [], None)],
+                                                       base_offset=b), None, "warm-up")
+                   for b in (0, 1)])
 
 
 def _in_worker(topic: str, p: int, rows: list[Row]
@@ -149,6 +161,7 @@ class MergeWorker:
         self.options = dict(options or {})
         self.timeout_s = timeout_s
         self._executor: ProcessPoolExecutor | None = None
+        self._starting: asyncio.Future[bool] | None = None  # the new worker's first answer
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -157,15 +170,29 @@ class MergeWorker:
                 initializer=_worker_init, initargs=(self.root, self.options, os.getpid()))
         return self._executor
 
+    def start(self) -> None:
+        """Spawn the worker now, without waiting for it. The coordinator calls this as it
+        starts serving: a worker's start (spawn, imports, its S3 client, the kernels) is
+        about a second of CPU, which at the first merge fell among commits being answered
+        (bench/merge_isolation.py's p99). A start that fails shows at the first merge,
+        which starts a new one."""
+        if self._executor is None:
+            self._starting = asyncio.get_running_loop().run_in_executor(self._pool(), _ready)
+            self._starting.add_done_callback(
+                lambda f: f.cancelled() or f.exception())  # retrieved: read at the merge
+
     async def read_and_merge(self, topic: str, p: int, rows: Sequence[Row]
                              ) -> tuple[list[tuple[int, int]], MergedSegment]:
         loop = asyncio.get_running_loop()
         try:
             if self._executor is None:
+                self.start()
+            if self._starting is not None:
                 # a new worker first starts (spawn, imports, its S3 client): seconds under
                 # load, not counted against a merge's timeout
-                await asyncio.wait_for(loop.run_in_executor(self._pool(), _ready),
+                await asyncio.wait_for(asyncio.shield(self._starting),
                                        max(self.timeout_s, START_TIMEOUT_S))
+                self._starting = None
             return await asyncio.wait_for(
                 loop.run_in_executor(self._pool(), _in_worker, topic, p, list(rows)),
                 self.timeout_s)
@@ -180,6 +207,7 @@ class MergeWorker:
                                "new one") from None
 
     def _drop(self, kill: bool = False) -> None:
+        self._starting = None
         if self._executor is not None:
             if kill:  # a stopped process ignores SIGTERM until resumed: SIGKILL
                 for proc in list(getattr(self._executor, "_processes", {}).values()):

@@ -313,12 +313,19 @@ def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: s
 
     storage = Storage.for_url(s3_root)
     with coordinator(s3_root, "--merge-worker-timeout-s", "10") as proc:
+        # spawned as the coordinator starts, not at the first merge among commits
+        deadline = time.monotonic() + 60
+        while "reads merge inputs with" not in proc.log_text():
+            assert time.monotonic() < deadline, "no merge worker started with the coordinator"
+            time.sleep(0.2)
+        started = proc.merge_workers()
+        assert len(started) == 1, started
         client = CoordinatorClient(proc.endpoint)
         client.create_topic("iso", 1)
         committed = write(s3_root, proc.endpoint, "iso", 24, abort_every=0)
         wait_manifest(storage, "iso", PartitionReader(storage, "iso", 0).high_watermark() - 8)
         first = proc.merge_workers()
-        assert len(first) == 1, first
+        assert first == started, (started, first)
         os.kill(first[0], signal.SIGKILL)
         committed += write(s3_root, proc.endpoint, "iso", 24, start=24, abort_every=0)
         wait_manifest(storage, "iso", PartitionReader(storage, "iso", 0).high_watermark() - 8)
