@@ -334,6 +334,51 @@ def test_arrow_reader_reads_what_s3fs_reads(s3_impl_server: Any,
         bad("p/a.log")
 
 
+def test_arrow_reader_retries_what_s3_fails_transiently(s3_server: Any, tmp_path: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the chaos proxy answering 500 (after forwarding) and 503 SlowDown: every GET
+    still returns the object. Arrow alone retries 3 times; a GET failing then failed the
+    whole merge (chaos s3-proxy: 386 merges redone in one run)."""
+    import json
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from chaos.proxy import set_faults
+    from txnlog.log_format.storage.s3_arrow import arrow_reader
+
+    port_file = tmp_path / "proxy.port"
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "chaos.proxy", "--upstream", s3_server.endpoint,
+         "--port-file", str(port_file), "--seed", "7"],
+        cwd=os.path.dirname(os.path.abspath(__file__)))
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert proxy.poll() is None and time.monotonic() < deadline, "no proxy"
+            time.sleep(0.05)
+        endpoint = f"http://127.0.0.1:{json.loads(port_file.read_text())['port']}"
+        root = f"s3://txnlog-tests/arrow-retry-{os.urandom(4).hex()}"
+        bodies = {f"p/{i:020d}.log": os.urandom(200 + i) for i in range(30)}
+        direct = Storage.for_url(root)
+        for path, body in bodies.items():
+            assert direct.put_if_absent(path, body)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        options = {"storage.retry_base_delay_s": "0.001", "storage.retry_max_delay_s": "0.01"}
+        through = Storage.for_url(root, options)
+        get = arrow_reader(through, options)
+        assert get is not None
+        set_faults(endpoint, p_500=0.35, p_503=0.15)
+        assert {path: get(path) for path in bodies} == bodies
+        with urllib.request.urlopen(f"{endpoint}/__chaos__/stats", timeout=5) as resp:
+            stats = json.loads(resp.read())
+        assert stats["500"] + stats["503"] >= 30, stats  # faults did happen
+    finally:
+        proxy.kill()
+        proxy.wait()
+
+
 def test_s3_missing_bucket_is_a_clear_error(s3_impl_server: Any) -> None:
     st = Storage.for_url("s3://no-such-bucket-here/p", s3_impl_server.storage_options())
     with pytest.raises(StorageError, match="no-such-bucket-here"):

@@ -21,7 +21,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from .base import OPTION_PREFIX, OWN_OPTIONS, StorageConfigError, StorageError
+from .base import (
+    OPTION_PREFIX,
+    OWN_OPTIONS,
+    StorageConfigError,
+    StorageError,
+    TransientStorageError,
+)
 from .s3 import S3Storage, _as_bool
 
 # options that change nothing about a GET of a whole object
@@ -29,7 +35,11 @@ _IRRELEVANT = {"use_listings_cache", "max_concurrency", "default_block_size", "c
                "fixed_upload_size", "asynchronous", "retries", "skip_instance_cache",
                *OWN_OPTIONS}
 _CONFIG_KEYS = {"connect_timeout", "read_timeout", "retries", "s3"}
-ARROW_RETRY_ATTEMPTS = 3  # Arrow's own retry of a failed request; then the caller's retry
+ARROW_RETRY_ATTEMPTS = 3  # Arrow's own retry of a failed request; then the root's policy
+# AWS SDK error names (in Arrow's messages) that no retry mends: wrong or missing
+# credentials, no bucket. Anything else (5xx, throttling, a broken connection) is retried.
+_FATAL_CODES = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH",
+                "INVALID_SIGNATURE", "NO_SUCH_BUCKET", "UNRECOGNIZED_CLIENT")
 
 
 def arrow_s3_kwargs(options: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -123,13 +133,23 @@ def arrow_reader(storage: S3Storage, options: Mapping[str, Any]
     url = storage.url
 
     def get(path: str) -> bytes:
-        key = storage._key(path)
-        try:
-            with filesystem.open_input_stream(key, compression=None) as stream:
-                return stream.read()
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise StorageError(f"GET {url}/{path} failed (Arrow S3 client): {exc}") from exc
+        key = storage._key(path)  # the same bucket/prefix mapping
+
+        def attempt() -> bytes:
+            try:
+                with filesystem.open_input_stream(key, compression=None) as stream:
+                    return stream.read()
+            except FileNotFoundError:
+                raise
+            except OSError as exc:
+                msg = f"GET {url}/{path} failed (Arrow S3 client): {exc}"
+                if any(code in str(exc) for code in _FATAL_CODES):
+                    raise StorageError(msg) from exc
+                raise TransientStorageError(msg) from exc
+
+        # the root's retry policy over Arrow's own few attempts, as S3Storage.get has it:
+        # a GET that failed after Arrow's 3 attempts used to fail the whole merge, its ~50
+        # GETs all redone at the next tick (386 times in one chaos run with S3 errors)
+        return storage._retrying("GET", path, attempt)
 
     return get
