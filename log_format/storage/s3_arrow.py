@@ -114,8 +114,9 @@ def arrow_reader(storage: S3Storage, options: Mapping[str, Any]
                  ) -> Callable[[str], bytes] | None:
     """A ``get(path) -> bytes`` for whole objects of ``storage``'s root through Arrow, or
     None (the options have no Arrow equivalent, or this pyarrow has no S3 support).
-    A missing object raises FileNotFoundError, any other failure StorageError (after
-    Arrow's own retries of throttling and transport errors)."""
+    A missing object raises FileNotFoundError; any other failure is retried (Arrow's own
+    few attempts, then the root's retry policy, as for ``S3Storage.get``) unless it names
+    credentials or the bucket, and then raises StorageError."""
     try:
         kwargs = arrow_s3_kwargs(options)
     except (StorageConfigError, ValueError, TypeError):
