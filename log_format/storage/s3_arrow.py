@@ -15,7 +15,6 @@ extra request arguments...), ``arrow_reader`` returns None and the caller keeps 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,12 +27,13 @@ from .base import (
     StorageError,
     TransientStorageError,
 )
-from .s3 import S3Storage, _as_bool
+from .s3 import S3Storage, s3fs_kwargs
 
-# options that change nothing about a GET of a whole object
+# S3FileSystem arguments (as s3fs_kwargs gives them) that change nothing about a GET of a
+# whole object
 _IRRELEVANT = {"use_listings_cache", "max_concurrency", "default_block_size", "cache_regions",
-               "fixed_upload_size", "asynchronous", "retries", "skip_instance_cache",
-               *OWN_OPTIONS}
+               "fixed_upload_size", "asynchronous", "retries", "skip_instance_cache"}
+_CREDENTIALS = {"key": "access_key", "secret": "secret_key", "token": "session_token"}
 _CONFIG_KEYS = {"connect_timeout", "read_timeout", "retries", "s3"}
 ARROW_RETRY_ATTEMPTS = 3  # Arrow's own retry of a failed request; then the root's policy
 # AWS SDK error names (in Arrow's messages) that no retry mends: wrong or missing
@@ -45,55 +45,40 @@ _FATAL_CODES = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MA
 def arrow_s3_kwargs(options: Mapping[str, Any]) -> dict[str, Any] | None:
     """``pyarrow.fs.S3FileSystem`` arguments for the options a root was opened with (only
     ``storage.*`` keys count, as in ``Storage.for_url``), or None when one of them has no
-    Arrow equivalent."""
-    own = {k[len(OPTION_PREFIX):]: v for k, v in options.items()
-           if isinstance(k, str) and k.startswith(OPTION_PREFIX)}
+    Arrow equivalent. The options are read through ``s3fs_kwargs``, which knows their
+    aliases and string forms, so the two clients cannot read them differently."""
+    own = {name: v for k, v in options.items()
+           if isinstance(k, str) and k.startswith(OPTION_PREFIX)
+           and (name := k[len(OPTION_PREFIX):]) not in OWN_OPTIONS}
     out: dict[str, Any] = {}
     endpoint: str | None = None
-    for key, value in own.items():
+    for key, value in s3fs_kwargs(own).items():
         if key in _IRRELEVANT:
             continue
-        if key in ("client_kwargs", "config_kwargs") and isinstance(value, str):
-            value = json.loads(value)  # Spark options are strings
-        if key in ("endpoint_url", "endpoint"):
-            endpoint = str(value)
-        elif key in ("region", "region_name"):
-            out["region"] = str(value)
-        elif key in ("key", "access_key_id", "aws_access_key_id"):
-            out["access_key"] = str(value)
-        elif key in ("secret", "secret_access_key", "aws_secret_access_key"):
-            out["secret_key"] = str(value)
-        elif key in ("token", "session_token", "aws_session_token"):
-            out["session_token"] = str(value)
+        if key in _CREDENTIALS:
+            out[_CREDENTIALS[key]] = str(value)
         elif key == "anon":
-            out["anonymous"] = _as_bool(key, value)
+            out["anonymous"] = value
         elif key == "use_ssl":
-            out["scheme"] = "https" if _as_bool(key, value) else "http"
-        elif key == "connect_timeout":
-            out["connect_timeout"] = float(value)
-        elif key == "read_timeout":
-            out["request_timeout"] = float(value)
-        elif key in ("addressing_style", "path_style"):
-            style = "path" if key == "path_style" and _as_bool(key, value) else str(value)
-            out["force_virtual_addressing"] = style == "virtual"
-        elif key == "client_kwargs" and isinstance(value, Mapping):
-            for ck, cv in value.items():
-                if ck == "endpoint_url":
-                    endpoint = str(cv)
-                elif ck == "region_name":
-                    out["region"] = str(cv)
-                else:
-                    return None
-        elif key == "config_kwargs" and isinstance(value, Mapping):
+            out["scheme"] = "https" if value else "http"
+        elif key == "client_kwargs":
+            if set(value) - {"endpoint_url", "region_name"}:
+                return None  # verify, a proxy, ...: leave it to botocore
+            endpoint = value.get("endpoint_url")
+            if "region_name" in value:
+                out["region"] = value["region_name"]
+        elif key == "config_kwargs":
             if set(value) - _CONFIG_KEYS:
                 return None
-            for ck in ("connect_timeout", "read_timeout"):
+            for ck, arrow_key in (("connect_timeout", "connect_timeout"),
+                                  ("read_timeout", "request_timeout")):
                 if ck in value:
-                    out["connect_timeout" if ck == "connect_timeout"
-                        else "request_timeout"] = float(value[ck])
-            style = (value.get("s3") or {}).get("addressing_style")
-            if style is not None:
-                out["force_virtual_addressing"] = style == "virtual"
+                    out[arrow_key] = float(value[ck])
+            s3 = value.get("s3") or {}
+            if not isinstance(s3, Mapping):
+                return None
+            if s3.get("addressing_style") is not None:
+                out["force_virtual_addressing"] = s3["addressing_style"] == "virtual"
         else:
             return None  # requester_pays, version_aware, profile, s3_additional_kwargs, ...
     if endpoint is None:  # where botocore looks (s3fs talks to that server)
