@@ -146,14 +146,10 @@ def _wait_for_merge_worker(proc: Any, root: str, extra: list[str]) -> None:
     from txnlog.coordinator import merge_worker
 
     if (not root.startswith("s3://") or "--no-merge" in extra
-            or " ".join(extra).find("--merge-process off") >= 0
+            or "--merge-process off" in " ".join(extra)
             or not hasattr(merge_worker.MergeWorker, "start")):
         return  # no worker, or one started at the first merge (older revisions)
-    deadline = time.monotonic() + 120
-    while "reads merge inputs with" not in proc.log_text():
-        if time.monotonic() > deadline:
-            raise RuntimeError("the coordinator's merge worker did not start in 120 s")
-        time.sleep(0.1)
+    proc.wait_merge_worker_ready(120)
 
 
 def fresh_reader(root: str, repeat: int = 5) -> dict[str, Any]:

@@ -98,6 +98,17 @@ class CoordinatorProc(ServerProcess):
                 found.append(int(stat.parent.name))
         return found
 
+    def wait_merge_worker_ready(self, timeout: float = 60.0) -> list[int]:
+        """Wait for the line the merge worker logs once started and warmed up (it is
+        spawned as the coordinator starts serving, on remote storage); its pids."""
+        deadline = time.monotonic() + timeout
+        while "reads merge inputs with" not in self.log_text():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no merge worker started with the coordinator in "
+                                   f"{timeout:g} s")
+            time.sleep(0.1)
+        return self.merge_workers()
+
     def wait_healthy(self, timeout: float = 60.0) -> str:
         storage = Storage.for_url(self.root)
         deadline = time.monotonic() + timeout

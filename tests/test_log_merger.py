@@ -314,11 +314,7 @@ def test_merging_on_s3_runs_in_a_worker_process_replaced_when_it_dies(s3_root: s
     storage = Storage.for_url(s3_root)
     with coordinator(s3_root, "--merge-worker-timeout-s", "10") as proc:
         # spawned as the coordinator starts, not at the first merge among commits
-        deadline = time.monotonic() + 60
-        while "reads merge inputs with" not in proc.log_text():
-            assert time.monotonic() < deadline, "no merge worker started with the coordinator"
-            time.sleep(0.2)
-        started = proc.merge_workers()
+        started = proc.wait_merge_worker_ready(60)
         assert len(started) == 1, started
         client = CoordinatorClient(proc.endpoint)
         client.create_topic("iso", 1)
