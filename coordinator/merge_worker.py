@@ -114,11 +114,11 @@ def _worker_init(root: str, options: Mapping[str, Any], coordinator_pid: int) ->
     _storage = Storage.for_url(root, options)
     # the inputs' GETs through Arrow's C++ S3 client: a fifth of s3fs's CPU per request
     # (log_format/storage/s3_arrow.py); s3fs when the options have no Arrow equivalent
-    arrow = arrow_reader(_storage, options) if isinstance(_storage, S3Storage) else None
-    _get = arrow or _storage.get
-    how = ("Arrow's S3 client" if arrow is not None else
-           "s3fs (the storage options have no Arrow equivalent)"
-           if isinstance(_storage, S3Storage) else "the root's storage")
+    _get, how = _storage.get, "the root's storage"
+    if isinstance(_storage, S3Storage):
+        arrow = arrow_reader(_storage, options)
+        _get, how = ((arrow, "Arrow's S3 client") if arrow is not None else
+                     (_storage.get, "s3fs (the storage options have no Arrow equivalent)"))
     _warm_up()
     sys.stderr.write(f"txnlog merge worker {os.getpid()} reads merge inputs with {how}\n")
     sys.stderr.flush()
