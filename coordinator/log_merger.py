@@ -24,9 +24,10 @@ Deleting is idempotent and runs after the due time; ``cleaned`` records what is 
 name freed that way can be taken by a zombie's late put-if-absent: readers never look below
 M, and every cleanup deletes all small objects below what it cleans, whatever wrote them.
 
-Merging never holds the commit path: it reads and writes on its own threads (on remote
-storage, reads and builds in a worker process: coordinator/merge_worker.py), appends two
-records per merge, and one partition is merged at a time.
+Merging never holds the commit path: every storage request of a merge goes through a
+``MergeStore`` (on remote storage in a worker process, coordinator/merge_worker.py; on a
+local root on this process's threads), the merger appends three records per merge (merge,
+merged, cleaned), and one partition is merged at a time.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from typing import Any
 from txnlog.log_format import layout, planted_bugs
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.manifest import DEFAULT_GRACE_MS, MIN_GRACE_MS, MergedObject
-from txnlog.log_format.segment_merge import MergedSegment
 from txnlog.log_format.storage import StorageError
 
 from . import faults
@@ -54,9 +54,10 @@ from .merge_policy import (
     MergeSettings,
     SmallObject,
     choose_merge,
+    io_parallelism,
 )
 from .merge_state import SMALL, MergeInput, MergePlan, PartitionMerges
-from .merge_worker import READ_THREADS, MergeWorker, Row, read_and_merge
+from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
 from .partition_state import partition_key
 from .runtime import Commits, Observer, StorageIO
 from .stable_changes import touched
@@ -65,7 +66,6 @@ from .txn_log_records import LogRecord
 
 log = logging.getLogger("txnlog.coordinator.log_merger")
 
-SWEEP_KEYS = 1000  # one LIST page of small objects to delete
 MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
 
 
@@ -111,11 +111,12 @@ class LogMerger:
         self.refused: set[str] = set()
         self.merges_done = 0
         self._task: asyncio.Task[None] | None = None
-        # inputs are read in parallel: on S3 a merge of 32 small objects is one round of
-        # GETs, not eight
-        self._pool = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="coord-merge")
-        # on remote storage, inputs are read and merged in a worker process (see
-        # merge_worker: the S3 client's CPU would hold the GIL against the commit path)
+        # a merge's requests go out up to merge_policy.io_parallelism at a time
+        self._pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="coord-merge")
+        # on remote storage, a merge's requests go out from a worker process (see
+        # merge_worker: the S3 client's CPU would hold the GIL against the commit path);
+        # on a local root, from this store on this process's threads
+        self._store = MergeStore(self.storage, self._pool)
         spec = getattr(self.storage, "spec", None)
         isolate = self.settings.isolate
         if isolate is None:
@@ -293,7 +294,8 @@ class LogMerger:
             open_since_ms=pm.open_since_ms, now_ms=now, settings=self.settings)
         if choice is None:
             return False
-        inputs, built = await self._build(topic, p, choice)
+        parallel = io_parallelism(len(small), self.settings.min_objects)
+        inputs, built = await self._build(topic, p, choice, parallel)
         grace = _config_int(cfg, "file.delete.delay.ms", DEFAULT_GRACE_MS, MIN_GRACE_MS)
         remaining_runs = [r for r in pm.open_runs() if r not in choice.runs]
         if choice.level == 0:
@@ -301,26 +303,26 @@ class LogMerger:
         else:
             open_since = pm.open_since_ms if pm.open_runs() else now
         output = MergedObject(choice.level, built.base_offset, built.end_offset,
-                              len(built.log), built.txnindex is not None, built.max_timestamp)
+                              built.size, built.has_txnindex, built.max_timestamp)
         plan = MergePlan(topic, p, pm.seq + 1, tuple(inputs), output, open_since, grace, now)
         await self.commits.commit([LogRecord("merge", plan.to_record())])
         faults.point("after_merge_plan")
-        await self._publish(plan, built)
+        await self._publish(plan)
         return True
 
     async def _list_small(self, topic: str, p: int, merged_end: int | None,
                           lso: int) -> list[SmallObject]:
         """The small objects from M whose successor exists at or below the published LSO."""
         after = f"{merged_end:0{layout.OFFSET_DIGITS}d}" if merged_end else None
-        listing = await self.io.run(self.storage.list, layout.partition_dir(topic, p), after)
+        listing = await self._call("list", layout.partition_dir(topic, p), after)
         logs: list[tuple[int, int]] = []
         txn: set[int] = set()
-        for obj in listing:
-            parsed = layout.parse_segment_name(obj.name)
+        for name, size in listing:
+            parsed = layout.parse_segment_name(name)
             if parsed is None or (merged_end is not None and parsed.base_offset < merged_end):
                 continue
             if parsed.suffix == layout.LOG_SUFFIX:
-                logs.append((parsed.base_offset, obj.size))
+                logs.append((parsed.base_offset, size))
             elif parsed.suffix == layout.TXNINDEX_SUFFIX:
                 txn.add(parsed.base_offset)
         logs.sort()
@@ -331,24 +333,28 @@ class LogMerger:
             out.append(SmallObject(base, nxt, size, base in txn))
         return out
 
-    async def _read_and_merge(self, topic: str, p: int, rows: list[Row]
-                              ) -> tuple[list[tuple[int, int]], MergedSegment]:
-        """Each input's (size, CRC32C) and the merged segment: in the worker process on
-        remote storage, else on this process's threads."""
+    async def _call(self, method: str, *args: Any) -> Any:
+        """``MergeStore.<method>(*args)``: in the worker process on remote storage, else on
+        this process's threads."""
+        if self.worker is not None:
+            return await self.worker.call(method, *args)
+        return await asyncio.to_thread(getattr(self._store, method), *args)
+
+    async def _read_and_merge(self, topic: str, p: int, rows: list[Row], parallel: int
+                              ) -> tuple[list[tuple[int, int]], Built]:
+        """Each input's (size, CRC32C) and what the merged segment is (the store holds
+        its bytes until ``_publish`` writes them); ``parallel`` requests at a time."""
         try:
-            if self.worker is not None:
-                return await self.worker.read_and_merge(topic, p, rows)
-            return await asyncio.to_thread(read_and_merge, self.storage, self._pool, topic, p,
-                                           rows)
+            return await self._call("build", topic, p, rows, parallel)
         except LogFormatError as exc:
             raise MergeRefused(f"inputs cannot be merged: {exc}") from exc
 
-    async def _build(self, topic: str, p: int, choice: Choice
-                     ) -> tuple[list[MergeInput], MergedSegment]:
+    async def _build(self, topic: str, p: int, choice: Choice, parallel: int
+                     ) -> tuple[list[MergeInput], Built]:
         rows: list[Row] = [(r.level, r.base_offset, r.end_offset, r.has_txnindex)
                            for r in choice.runs]
         rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex) for s in choice.small]
-        metas, built = await self._read_and_merge(topic, p, rows)
+        metas, built = await self._read_and_merge(topic, p, rows, parallel)
         inputs = [MergeInput(level, base, end, size, crc, has_txn)
                   for (level, base, end, has_txn), (size, crc) in zip(rows, metas, strict=True)]
         return inputs, built
@@ -359,44 +365,49 @@ class LogMerger:
         rows: list[Row] = [(i.level, i.base_offset, i.end_offset, i.has_txnindex)
                            for i in plan.inputs]
         try:
-            metas, built = await self._read_and_merge(plan.topic, plan.partition, rows)
+            metas, built = await self._read_and_merge(
+                plan.topic, plan.partition, rows,
+                io_parallelism(len(rows), self.settings.min_objects))
         except FileNotFoundError as exc:
             raise MergeRefused(f"an input of planned merge #{plan.seq} is gone: {exc}") from exc
         for inp, (size, crc) in zip(plan.inputs, metas, strict=True):
             if size != inp.size or crc != inp.crc:
                 raise MergeRefused(f"input at {inp.base_offset} (level {inp.level}) of planned "
                                    f"merge #{plan.seq} holds other bytes than were planned")
-        if len(built.log) != plan.output.size:
-            raise MergeRefused(f"planned merge #{plan.seq} rebuilt to {len(built.log)} bytes, "
+        if built.size != plan.output.size:
+            raise MergeRefused(f"planned merge #{plan.seq} rebuilt to {built.size} bytes, "
                                f"not {plan.output.size}")
-        await self._publish(plan, built)
+        await self._publish(plan)
         return True
 
-    async def _publish(self, plan: MergePlan, built: MergedSegment) -> None:
-        """Write the output and its indexes, then the manifest naming it; log ``merged``."""
+    async def _publish(self, plan: MergePlan) -> None:
+        """Write the output and its indexes (built and held by the store), then the
+        manifest naming it; log ``merged``."""
         topic, p, out = plan.topic, plan.partition, plan.output
-        files = [(out.path(topic, p), built.log),
-                 (out.path(topic, p, layout.INDEX_SUFFIX), built.index),
-                 (out.path(topic, p, layout.TIMEINDEX_SUFFIX), built.timeindex)]
-        if built.txnindex is not None:
-            files.append((out.path(topic, p, layout.TXNINDEX_SUFFIX), built.txnindex))
-        await self._put_all(files)
+        refused, written = await self._call("write_built", topic, p, out)
+        if refused:
+            raise MergeRefused(f"{self.storage.url}/{refused[0]} holds other bytes than the "
+                               "merge computes")
         faults.point("after_merge_output")
         pm = self.state.merges[partition_key(topic, p)]
         if pm.planned is not plan:
             return  # the topic was deleted meanwhile (DeleteTopics drops the plan)
         manifest = pm.manifest_after(plan)
-        await self._put_all([(manifest.path, manifest.to_json())])
+        if not await self._call("put_if_absent", manifest.path, manifest.to_json()):
+            raise MergeRefused(f"{self.storage.url}/{manifest.path} holds other bytes than "
+                               "the merge computes")
         faults.point("after_merge_manifest")
         if self.state.merges[partition_key(topic, p)].planned is not plan:
             return  # deleted while the manifest was written: the delete's sweep removes it
         await self.commits.commit([LogRecord("merged", {
             "id": partition_key(topic, p), "seq": plan.seq, "ms": now_ms()})])
         self.merges_done += 1
-        self.observer.merge_written(out.level, sum(len(data) for _, data in files))
+        self.observer.merge_written(out.level, written)
         self.observer.object_written("manifest")
 
     async def _put_all(self, files: list[tuple[str, bytes]]) -> None:
+        """Put-if-absent ``files`` in parallel on this process's threads (the log
+        cleaner's outputs, built here)."""
         loop = asyncio.get_running_loop()
         oks = await asyncio.gather(*(loop.run_in_executor(
             self._pool, self.storage.put_if_absent, path, data) for path, data in files))
@@ -423,30 +434,12 @@ class LogMerger:
             paths = [path for row in rows for o in row.merged for path in o.paths(topic, p)]
             paths += [layout.manifest_path(topic, p, seq) for row in rows
                       for seq in range(row.manifest_lo, row.manifest_hi)]
-            await self.io.run(self.storage.delete_many, paths)
-            small = await self._delete_small_below(topic, p, rows[-1].small_below)
+            await self._call("delete_many", paths)
+            small = await self._call("delete_small_below", topic, p, rows[-1].small_below)
             await self.commits.commit([LogRecord("cleaned", {"id": key, "n": due})])
             deleted += len(paths) + small
             self.observer.object_written("deleted", len(paths) + small)
         return deleted
-
-    async def _delete_small_below(self, topic: str, p: int, below: int) -> int:
-        """Delete the partition's small objects (and txnindexes) below ``below``: what was
-        merged and waited out its grace period, and whatever a zombie wrote into a name
-        freed earlier. Listed page by page from the start of the directory, where nothing
-        but such garbage is left: the cost is what is deleted, not history."""
-        directory = layout.partition_dir(topic, p)
-        total = 0
-        while True:
-            page = await self.io.run(self.storage.list, directory, None, SWEEP_KEYS)
-            doomed = [f"{directory}/{o.name}" for o in page
-                      if (n := layout.parse_segment_name(o.name)) is not None
-                      and n.base_offset < below]
-            if doomed:
-                await self.io.run(self.storage.delete_many, doomed)
-                total += len(doomed)
-            if len(page) < SWEEP_KEYS or len(doomed) < len(page):
-                return total
 
     # ------------------------------------------------------------------------ lifecycle
     async def stop(self) -> None:
