@@ -77,6 +77,10 @@ def _stable_objects(storage: Any) -> dict[str, int]:
 # The coordinator's own log snapshots (state.to_snapshot: every partition, on the event loop,
 # every 50 log objects or 5 s) are not publishing, but they cost the root's size too: "rare"
 # moves them out of the measured window, so the two costs can be told apart.
+# the S3 server's process, when a bench wants its CPU per commit too (bench/merge_isolation.py:
+# on this machine the server shares the cores with the coordinator; on S3 it does not)
+SERVER_PID: int | None = None
+
 LOG_SNAPSHOTS = {"default": [],
                  "rare": ["--snapshot-every-objects", "1000000", "--snapshot-every-s", "3600",
                           "--snapshot-every-records", "1000000000"]}
@@ -121,8 +125,10 @@ def measure(root: str, partitions: int, commits: int, warmup: int, log_snapshots
             commit()
         before = _stable_objects(storage)
         cpu0 = _cpu_s(proc.pid)
+        server0 = _cpu_s(SERVER_PID) if SERVER_PID else 0.0
         lat = [commit() for _ in range(commits)]
         cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / commits
+        server_ms = ((_cpu_s(SERVER_PID) - server0) * 1000 / commits) if SERVER_PID else 0.0
         after = _stable_objects(storage)
         new = {n: s for n, s in after.items() if n not in before}
         heads = [s for n, s in new.items() if layout.parse_stable_name(n) is not None]
@@ -134,7 +140,7 @@ def measure(root: str, partitions: int, commits: int, warmup: int, log_snapshots
         proc.stop()
     return {"partitions": partitions, "commits": commits, "log_snapshots": log_snapshots,
             "p50_ms": statistics.median(lat), "p99_ms": _pct(lat, 0.99),
-            "coord_cpu_ms": cpu_ms,
+            "coord_cpu_ms": cpu_ms, "server_cpu_ms": server_ms,
             "bytes_per_commit": published, "head_bytes": statistics.mean(heads) if heads else 0,
             "bases_written": len(bases), **reader, "load": list(os.getloadavg())}
 
