@@ -60,8 +60,9 @@ Row = tuple[int, int, int, bool]
 # the most requests of one merge in flight at once (merge_policy.io_parallelism decides how
 # many a merge uses: one while merging keeps up, more as its backlog grows)
 IO_THREADS = MAX_IO_PARALLEL
-# how long one merge may take in the worker before it is killed and the merge retried: far
-# above a merge's time (max_inputs objects, at most a segment's bytes, read in parallel)
+# how long one step of a merge (its build, its writes, a cleanup) may take in the worker
+# before it is killed and the step retried: far above a build's time (max_inputs objects,
+# at most a segment's bytes; a build of that many inputs sends ~30 requests at a time)
 DEFAULT_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 120.0  # for a new worker to start and answer
 
