@@ -137,9 +137,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "remote storage by default (auto), where the S3 client's CPU "
                              "would otherwise slow commits (coordinator/merge_worker.py)")
     parser.add_argument("--merge-worker-timeout-s", type=_positive_float, default=600.0,
-                        help="a merge the worker process has not finished after this many "
-                             "seconds: the worker is killed and the merge retried "
-                             "(default 600)")
+                        help="a step of a merge (its build, its writes, a cleanup) the "
+                             "worker process has not finished after this many seconds: the "
+                             "worker is killed and the step retried (default 600)")
     parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
                         help="how often retention.ms/retention.bytes are applied (Kafka's "
                              "log.retention.check.interval.ms, default 300000)")
