@@ -1,7 +1,7 @@
 """Partition read throughput into Arrow: local files and a real S3 server vs. decode only.
 
     python bench/read.py [--records 1000000] [--segment-mb 8] [--no-s3]
-                         [--merged-segment-mb 1024]
+                         [--merged-segment-mb 1024] [--spark]
 
 Writes one partition (transactional batches committed per segment object, Kafka-sized
 ~1 MiB batches, 16-byte keys and 100-byte values by default) to a local root and to a
@@ -16,6 +16,11 @@ Each root is read twice, interleaved: as the small objects commits leave ("file"
 merged into Kafka segments of ``--merged-segment-mb`` with their indexes and a manifest, as
 the coordinator's merger leaves them ("file merged", "s3 merged"; issue 12: reads from
 merged segments must be at least as fast). The last column is merged / small.
+
+``--spark`` also reads each root with ``spark.read.format("txnlog")`` in a local[2] session
+(``assign`` the partition, ``minPartitions`` 2, every row materialized by the ``noop``
+sink), small and merged interleaved, best of ``--repeat`` after one warm-up read of each:
+"spark file", "spark file merged", "spark s3", "spark s3 merged".
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +60,7 @@ from txnlog.log_format.reader import PartitionReader  # noqa: E402
 from txnlog.log_format.segment_merge import MergeInput, merge_segment  # noqa: E402
 from txnlog.log_format.stable import make_snapshot, write_stable  # noqa: E402
 from txnlog.log_format.storage import Storage  # noqa: E402
+from txnlog.log_format.topics import create_topic  # noqa: E402
 
 TOPIC = "bench"
 
@@ -91,6 +98,7 @@ def write_partition(storage: Storage, segments: list[tuple[int, bytes]]) -> int:
         assert storage.put_if_absent(segment_path(TOPIC, 0, base), data)
     end = segments[-1][0] + count_offsets(segments[-1][1])
     write_stable(storage, make_snapshot(1, 0, {partition_dir(TOPIC, 0): (end, end)}))
+    create_topic(storage, TOPIC, 1)
     return end
 
 
@@ -124,6 +132,7 @@ def write_merged(storage: Storage, segments: list[tuple[int, bytes]],
     man = new_manifest(TOPIC, 0, 1, objects, 0, 0, 60_000)
     assert storage.put_if_absent(man.path, man.to_json())
     write_stable(storage, make_snapshot(1, 0, {partition_dir(TOPIC, 0): (end, end)}))
+    create_topic(storage, TOPIC, 1)
     return end
 
 
@@ -173,6 +182,32 @@ def read_root(storage: Storage, end: int) -> int:
     return rows
 
 
+def spark_session() -> Any:
+    """A local[2] session (pyspark is imported only with --spark); its Python workers run
+    this interpreter, so they import this checkout's txnlog."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+
+    return (SparkSession.builder.master("local[2]").appName("txnlog-bench-read")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+
+
+def spark_read(spark: Any, url: str, options: dict[str, str]) -> int:
+    """Every row of the partition through Spark's Python data source into the noop sink;
+    -1: the rows are not counted here (``spark_count`` checks them once, before)."""
+    (spark.read.format("txnlog").options(**options)
+     .option("assign", json.dumps({TOPIC: [0]})).option("minPartitions", "2").load(url)
+     .write.format("noop").mode("overwrite").save())
+    return -1
+
+
+def spark_count(spark: Any, url: str, options: dict[str, str]) -> int:
+    return (spark.read.format("txnlog").options(**options)
+            .option("assign", json.dumps({TOPIC: [0]})).load(url).count())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -183,6 +218,8 @@ def main() -> None:
     ap.add_argument("--merged-segment-mb", type=float, default=1024.0)
     ap.add_argument("--no-s3", action="store_true", help="skip the S3 server")
     ap.add_argument("--json", action="store_true", help="print one JSON line too")
+    ap.add_argument("--spark", action="store_true",
+                    help="also read each root with spark.read.format('txnlog')")
     args = ap.parse_args()
 
     segments = make_segments(args.records, int(args.segment_mb * 2**20), args.key_size,
@@ -191,6 +228,8 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
 
     def record(name: str, seconds: float, rows: int) -> None:
+        if rows == -1:  # a Spark read into noop: its count was checked before
+            rows = args.records
         assert rows == args.records, f"{name}: read {rows} of {args.records} records"
         results[name] = {"seconds": seconds, "records_per_s": rows / seconds,
                          "mb_per_s": total_bytes / seconds / 2**20}
@@ -200,6 +239,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="txnlog-bench-")
     server = None
+    spark = None
     try:
         seg_bytes = int(args.merged_segment_mb * 2**20)
         local = Storage.for_url(Path(tmp, "root").as_uri())
@@ -210,6 +250,21 @@ def main() -> None:
                                   args.repeat)
         record("file", *small)
         record("file merged", *merged)
+        spark = spark_session() if args.spark else None
+
+        def spark_pair(name: str, small_url: str, merged_url: str,
+                       options: dict[str, str]) -> None:
+            for url in (small_url, merged_url):  # warm-up, and every row is there
+                rows = spark_count(spark, url, options)
+                assert rows == args.records, f"{url}: Spark read {rows} of {args.records}"
+            small, merged = best_pair(lambda: spark_read(spark, small_url, options),
+                                      lambda: spark_read(spark, merged_url, options),
+                                      args.repeat)
+            record(f"spark {name}", *small)
+            record(f"spark {name} merged", *merged)
+
+        if spark is not None:
+            spark_pair("file", Path(tmp, "root").as_uri(), Path(tmp, "merged").as_uri(), {})
         if not args.no_s3:
             from s3_server import S3Server
 
@@ -224,7 +279,12 @@ def main() -> None:
                                       args.repeat)
             record("s3", *small)
             record("s3 merged", *merged)
+            if spark is not None:
+                spark_pair("s3", "s3://bench/root", "s3://bench/merged",
+                           server.storage_options())
     finally:
+        if spark is not None:
+            spark.stop()
         if server is not None:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -233,13 +293,13 @@ def main() -> None:
     print(f"{args.records:,} records, {len(segments)} objects, {total_bytes / 2**20:.1f} MiB "
           f"(key {args.key_size} B, value {args.value_size} B), best of {args.repeat}, "
           f"cpus={os.cpu_count()}")
-    print(f"{'path':<12} {'records/s':>14} {'MB/s':>10} {'overhead':>9} {'merged/small':>13}"
+    print(f"{'path':<18} {'records/s':>14} {'MB/s':>10} {'overhead':>9} {'merged/small':>13}"
           f"  (load {os.getloadavg()[0]:.1f})")
     for name, r in results.items():
         vs = ""
         if name.endswith(" merged"):
             vs = f"{r['records_per_s'] / results[name[:-7]]['records_per_s']:>12.2f}x"
-        print(f"{name:<12} {r['records_per_s']:>14,.0f} {r['mb_per_s']:>10.1f} "
+        print(f"{name:<18} {r['records_per_s']:>14,.0f} {r['mb_per_s']:>10.1f} "
               f"{base / r['records_per_s']:>8.2f}x {vs}")
     if args.json:
         print(json.dumps({"records": args.records, "bytes": total_bytes, **results}))
