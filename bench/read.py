@@ -49,9 +49,6 @@ from txnlog.log_format.arrow_codec import (  # noqa: E402
 )
 from txnlog.log_format.control import ControlType, Marker, encode_markers  # noqa: E402
 from txnlog.log_format.layout import (  # noqa: E402
-    INDEX_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    TXNINDEX_SUFFIX,
     partition_dir,
     segment_path,
 )
@@ -121,12 +118,7 @@ def write_merged(storage: Storage, segments: list[tuple[int, bytes]],
         merged = merge_segment([MergeInput(bases[i], bases[i + 1], segments[i][1]) for i in g])
         obj = MergedObject(0, merged.base_offset, merged.end_offset, len(merged.log),
                            merged.txnindex is not None, merged.max_timestamp)
-        files = [(obj.path(TOPIC, 0), merged.log),
-                 (obj.path(TOPIC, 0, INDEX_SUFFIX), merged.index),
-                 (obj.path(TOPIC, 0, TIMEINDEX_SUFFIX), merged.timeindex)]
-        if merged.txnindex is not None:
-            files.append((obj.path(TOPIC, 0, TXNINDEX_SUFFIX), merged.txnindex))
-        for path, data in files:
+        for path, data in obj.files(TOPIC, 0, merged):
             assert storage.put_if_absent(path, data)
         objects.append(obj)
     man = new_manifest(TOPIC, 0, 1, objects, 0, 0, 60_000)

@@ -337,11 +337,7 @@ class LogCleaner:
         topic, p = plan.topic, plan.partition
         files: list[tuple[str, bytes]] = []
         for out, seg in zip(plan.outputs, cleaned.segments, strict=True):
-            files += [(out.path(topic, p), seg.log),
-                      (out.path(topic, p, layout.INDEX_SUFFIX), seg.index),
-                      (out.path(topic, p, layout.TIMEINDEX_SUFFIX), seg.timeindex)]
-            if seg.txnindex is not None:
-                files.append((out.path(topic, p, layout.TXNINDEX_SUFFIX), seg.txnindex))
+            files += out.files(topic, p, seg)
         await self.merger._put_all(files)
         faults.point("after_compact_output")
         key = partition_key(topic, p)

@@ -173,12 +173,7 @@ class MergeStore:
             raise BuiltLost(f"the merge of {layout.partition_dir(topic, p)} "
                             f"[{out.base_offset}, {out.end_offset}) is not built here; it is "
                             "built again from its inputs")
-        seg = held[2]
-        files = [(out.path(topic, p), seg.log),
-                 (out.path(topic, p, layout.INDEX_SUFFIX), seg.index),
-                 (out.path(topic, p, layout.TIMEINDEX_SUFFIX), seg.timeindex)]
-        if seg.txnindex is not None:
-            files.append((out.path(topic, p, layout.TXNINDEX_SUFFIX), seg.txnindex))
+        files = out.files(topic, p, held[2])
         oks = bounded_map(self.pool, lambda f: self.storage.put_if_absent(*f), files, held[3])
         refused = [path for (path, _), ok in zip(files, oks, strict=True) if not ok]
         if not refused:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import TxnlogError
 from .layout import (
@@ -43,6 +43,9 @@ from .layout import (
     segment_name,
 )
 from .storage import Storage
+
+if TYPE_CHECKING:
+    from .segment_merge import MergedSegment
 
 FORMAT = 1
 READ_ATTEMPTS = 5
@@ -85,6 +88,17 @@ class MergedObject:
         if self.has_txnindex:
             sfx.append(TXNINDEX_SUFFIX)
         return [self.path(topic, partition, s) for s in sfx]
+
+    def files(self, topic: str, partition: int, seg: MergedSegment) -> list[tuple[str, bytes]]:
+        """(key, bytes) of every object a built segment writes under this name: the log,
+        its indexes, and its txnindex if it has one (none: no object, as Kafka leaves an
+        empty one)."""
+        out = [(self.path(topic, partition), seg.log),
+               (self.path(topic, partition, INDEX_SUFFIX), seg.index),
+               (self.path(topic, partition, TIMEINDEX_SUFFIX), seg.timeindex)]
+        if seg.txnindex is not None:
+            out.append((self.path(topic, partition, TXNINDEX_SUFFIX), seg.txnindex))
+        return out
 
     def to_json(self) -> list[int]:
         row = [self.level, self.base_offset, self.end_offset, self.size,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from txnlog.coordinator.merge_policy import MAX_IO_PARALLEL, io_parallelism
 from txnlog.coordinator.merge_state import SMALL
-from txnlog.coordinator.merge_worker import BuiltLost, MergeStore, bounded_map
+from txnlog.coordinator.merge_worker import Built, BuiltLost, MergeStore, bounded_map
 from txnlog.log_format import layout
 from txnlog.log_format.manifest import MergedObject
 from txnlog.log_format.records import encode_batch, iter_batches
@@ -31,6 +31,20 @@ def small_objects(storage: Storage, n: int) -> list[tuple[int, int, int, bool]]:
     return rows
 
 
+def built_here(tmp_path: Path, pool: ThreadPoolExecutor, n: int, parallel: int
+               ) -> tuple[Storage, list[tuple[int, int, int, bool]], MergeStore,
+                          list[tuple[int, int]], Built, MergedObject]:
+    """n small objects on a local root, built by a store ``parallel`` requests at a time:
+    the storage, the rows, the store, the inputs' (size, CRC), what was built and the level
+    1 run to write it as."""
+    storage = Storage.for_url(tmp_path.as_uri())
+    rows = small_objects(storage, n)
+    store = MergeStore(storage, pool)
+    metas, built = store.build("t", 0, rows, parallel)
+    out = MergedObject(1, 0, n, built.size, False, built.max_timestamp)
+    return storage, rows, store, metas, built, out
+
+
 @pytest.fixture
 def pool() -> ThreadPoolExecutor:
     with ThreadPoolExecutor(max_workers=MAX_IO_PARALLEL) as p:
@@ -39,14 +53,10 @@ def pool() -> ThreadPoolExecutor:
 
 def test_a_built_segment_is_written_only_by_the_store_that_built_it(
         tmp_path: Path, pool: ThreadPoolExecutor) -> None:
-    storage = Storage.for_url(tmp_path.as_uri())
-    rows = small_objects(storage, 6)
-    store = MergeStore(storage, pool)
-    metas, built = store.build("t", 0, rows, 1)
+    storage, rows, store, metas, built, out = built_here(tmp_path, pool, 6, 1)
     assert [size for size, _ in metas] == [storage.size(layout.segment_path("t", 0, r[1]))
                                            for r in rows]
     assert (built.base_offset, built.end_offset, built.has_txnindex) == (0, 6, False)
-    out = MergedObject(1, 0, 6, built.size, False, built.max_timestamp)
     # nothing is written by building: the plan is logged first
     assert not storage.exists(out.path("t", 0))
 
@@ -73,11 +83,7 @@ def test_a_built_segment_is_written_only_by_the_store_that_built_it(
 
 def test_an_output_name_holding_other_bytes_is_refused_not_overwritten(
         tmp_path: Path, pool: ThreadPoolExecutor) -> None:
-    storage = Storage.for_url(tmp_path.as_uri())
-    rows = small_objects(storage, 4)
-    store = MergeStore(storage, pool)
-    _, built = store.build("t", 0, rows, 4)
-    out = MergedObject(1, 0, 4, built.size, False, built.max_timestamp)
+    storage, _, store, _, _, out = built_here(tmp_path, pool, 4, 4)
     assert storage.put_if_absent(out.path("t", 0, layout.INDEX_SUFFIX), b"someone else's")
     refused, _ = store.write_built("t", 0, out)
     assert refused == [out.path("t", 0, layout.INDEX_SUFFIX)]
