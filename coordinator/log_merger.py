@@ -98,7 +98,8 @@ class LogMerger:
                  settings: MergeSettings | None = None, enabled: bool = True) -> None:
         self.state = state
         self.commits = commits
-        self.io = io
+        # every request of a merge goes through the store below, not the coordinator's IO
+        # pool: only the root is taken from it
         self.storage = io.storage
         self.published_lso = published_lso  # (topic, partition) -> the published LSO
         self.published = published  # () -> True once this coordinator published a head
