@@ -54,19 +54,30 @@ log = logging.getLogger(__name__)
 
 def rate_limit(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
                budget: int) -> dict[TopicPartition, int]:
-    """Advance at most ``budget`` offsets in total, split in proportion to each partition's
-    backlog (Spark's KafkaMicroBatchStream.rateLimit: a share below 1 rounds up, so a small
-    partition is never starved; the rest round down)."""
+    """Advance ``budget`` offsets in total, split in proportion to each partition's backlog.
+
+    As Spark's KafkaMicroBatchStream.rateLimit, a share below 1 rounds up, so a small
+    partition is never starved, and the other shares round down. Unlike it, the offsets
+    the rounding down leaves over go to the partitions with the largest fractional shares
+    (largest remainders, ties in partition order), so a batch carries exactly ``budget``
+    offsets: a backlog of N x maxOffsetsPerTrigger drains in N micro-batches, where the
+    floor alone leaves up to one offset per partition behind in each and a last
+    micro-batch of leftovers pays a whole trigger's fixed cost (issue 17)."""
     sizes = {tp: max(0, end[tp] - begin[tp]) for tp in end}
     total = sum(sizes.values())
     if total <= budget:
         return dict(end)
-    out = {}
-    for tp, size in sizes.items():
+    steps: dict[TopicPartition, int] = {}
+    remainders: list[tuple[float, int, TopicPartition]] = []
+    for i, (tp, size) in enumerate(sizes.items()):
         share = budget * (size / total)
-        step = math.ceil(share) if share < 1 else math.floor(share)
-        out[tp] = min(end[tp], begin[tp] + step)
-    return out
+        steps[tp] = min(size, math.ceil(share) if share < 1 else math.floor(share))
+        if share >= 1 and steps[tp] < size:
+            remainders.append((share - steps[tp], -i, tp))
+    left = budget - sum(steps.values())
+    for _, _, tp in sorted(remainders, reverse=True)[:max(0, left)]:
+        steps[tp] += 1
+    return {tp: min(end[tp], begin[tp] + steps[tp]) for tp in end}
 
 
 class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

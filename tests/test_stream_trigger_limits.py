@@ -4,10 +4,13 @@ KafkaMicroBatchStream does them. Time is the module's clock, moved by the test."
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import (
     BinaryType,
@@ -134,3 +137,49 @@ def test_offset_beyond_the_end_fails_or_goes_on_from_the_end(file_root: str) -> 
         assert decode(nxt) == {("t", 0): 7}
         [part] = r.partitions(end, nxt)
         assert (part.range.start, part.range.end) == (4, 7)
+
+
+def _backlogs() -> st.SearchStrategy[tuple[dict, dict, int]]:
+    def build(parts: list[tuple[int, int]], budget: int) -> tuple[dict, dict, int]:
+        begin = {("t", i): b for i, (b, _) in enumerate(parts)}
+        end = {("t", i): b + n for i, (b, n) in enumerate(parts)}
+        return begin, end, budget
+    return st.builds(build, st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 10**6)),
+                                     min_size=1, max_size=12),
+                     st.integers(1, 2 * 10**6))
+
+
+@settings(max_examples=500, deadline=None)
+@given(_backlogs())
+def test_rate_limit_takes_exactly_the_budget(backlog: tuple[dict, dict, int]) -> None:
+    """maxOffsetsPerTrigger: never past a partition's end, never backwards, every partition
+    with a share of at least one offset gets its floor, and a batch carries exactly the
+    budget when the backlog exceeds it (up to the partitions whose share below 1 rounds up,
+    as in Spark's Kafka source) - so N budgets of backlog drain in N micro-batches."""
+    begin, end, budget = backlog
+    out = stream_reader.rate_limit(begin, end, budget)
+    total = sum(end[tp] - begin[tp] for tp in end)
+    assert set(out) == set(end)
+    assert all(begin[tp] <= out[tp] <= end[tp] for tp in end)
+    taken = sum(out[tp] - begin[tp] for tp in end)
+    if total <= budget:
+        assert out == end
+        return
+    shares = {tp: budget * (end[tp] - begin[tp]) / total for tp in end}
+    rounded_up = sum(1 for v in shares.values() if 0 < v < 1)
+    assert budget <= taken <= budget + rounded_up
+    for tp, share in shares.items():
+        assert out[tp] - begin[tp] >= min(end[tp] - begin[tp], math.floor(share))
+
+
+def test_rate_limit_drains_a_backlog_of_n_budgets_in_n_batches() -> None:
+    """4 uneven partitions holding 2,000,000 records at 500,000 per trigger: 4 batches of
+    exactly 500,000 (the floor alone made 499,998 x 4 and a fifth of 8)."""
+    end = {("t", 0): 500_123, ("t", 1): 499_001, ("t", 2): 500_877, ("t", 3): 499_999}
+    cur = {tp: 0 for tp in end}
+    sizes = []
+    while cur != end:
+        nxt = stream_reader.rate_limit(cur, end, 500_000)
+        sizes.append(sum(nxt[tp] - cur[tp] for tp in end))
+        cur = nxt
+    assert sizes == [500_000] * 4
