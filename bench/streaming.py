@@ -13,7 +13,11 @@ P rows each. Four ``Trigger.AvailableNow`` queries then drain them, P records pe
   consumer-group offsets in it (``groupId``), as a Kafka-style pipeline runs;
 - ``txnlog>noop``: the source alone;
 - ``parquet>parquet``: Spark's own file source and sink (no Python at all) - the baseline;
-- ``parquet>txnlog``: the sink alone.
+- ``parquet>txnlog``: the sink alone;
+- ``pyceiling>pyceiling``: a Python source that yields ready Arrow batches of txnlog's
+  read columns into a Python sink that drops them (bench/python_ceiling.py): what Spark's
+  Python Data Source machinery alone costs, i.e. the best any Python source and sink
+  could do in this pipeline.
 
 One Spark session (``local[2]``) per root; a small parquet -> noop query warms the JVM first
 (no Python), so round 1's first txnlog query is the first query that starts Python workers:
@@ -50,7 +54,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 # CPU of a query: the bench process and its descendants (JVM, Python workers, coordinator,
 # S3 server), as bench/spark_rw.py counts it; other agents' processes never count.
 CPU_MARKER = "txnlog-bench-streaming-cpu"
-PIPELINES = ("txnlog>txnlog", "txnlog>noop", "parquet>parquet", "parquet>txnlog")
+PIPELINES = ("txnlog>txnlog", "txnlog>noop", "parquet>parquet", "parquet>txnlog",
+             "pyceiling>pyceiling")
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 KV = ("CAST(lpad(CAST(id % 100000 AS STRING), 16, '0') AS BINARY) AS key",
       "CAST(rpad(CAST(id AS STRING), 100, 'x') AS BINARY) AS value")
@@ -75,6 +80,7 @@ class Inputs:
         # Files of exactly per_batch rows: maxFilesPerTrigger=1 gives per_batch per trigger.
         (rows.coalesce(1).write.option("maxRecordsPerFile", str(per_batch))
          .mode("overwrite").parquet(self.parquet))
+        self.rows = per_batch * batches
         self.runs = 0
 
     def fresh(self) -> str:
@@ -107,6 +113,9 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
               .option("maxOffsetsPerTrigger", str(inp.per_batch))
               .option("groupId", f"bench-{name}").option("coordinator", inp.endpoint)
               .load(inp.url).select("key", "value"))
+    elif src == "pyceiling":
+        df = (spark.readStream.format("pyceiling").option("rows", str(inp.rows))
+              .option("perTrigger", str(inp.per_batch)).load().select("key", "value"))
     else:
         df = (spark.readStream.schema("key binary, value binary")
               .option("maxFilesPerTrigger", "1").parquet(inp.parquet))
@@ -115,6 +124,8 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
         w = (w.format("txnlog").option("topic", f"out{name}").option("partitions", "4")
              .option("coordinator", inp.endpoint))
         target = inp.url
+    elif sink == "pyceiling":
+        w, target = w.format("pyceiling"), None
     elif sink == "noop":
         w, target = w.format("noop"), None
     else:
@@ -136,12 +147,14 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
     phases = {ph: statistics.median(p["durationMs"].get(ph, 0) for p in progress)
               for ph in PHASES}
     return {"records": rows, "batches": len(progress), "wall_s": wall, "cpu_s": cpu,
+            "batch_phases": [{"rows": p["numInputRows"], **p["durationMs"]} for p in progress],
             "records_per_s": rows / (sum(trig) / 1000), "batch_ms": statistics.median(trig),
             "phases": phases, "load": load()}
 
 
 def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[int],
                batches: list[int], rounds: int, pipelines: list[str]) -> list[dict[str, Any]]:
+    import python_ceiling
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("txnlog-bench-streaming")
@@ -150,6 +163,7 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
              .config("spark.driver.memory", "2g")
              .config("spark.sql.shuffle.partitions", "4").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    python_ceiling.register(spark)
     try:
         # JVM warm-up without Python: a small parquet stream into noop.
         warm = work / "warm.parquet"
@@ -168,6 +182,7 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
                  .config("spark.driver.memory", "2g")
                  .config("spark.sql.shuffle.partitions", "4").getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
+        python_ceiling.register(spark)
         (spark.readStream.schema("key binary, value binary").parquet(str(warm))
          .writeStream.format("noop").option("checkpointLocation", str(work / "warm-ckpt2"))
          .trigger(availableNow=True).start().awaitTermination())
@@ -244,6 +259,8 @@ def main() -> None:
     ap.add_argument("--no-file", action="store_true")
     ap.add_argument("--profile", action="store_true", help="print Spark's per-phase medians")
     ap.add_argument("--json", action="store_true", help="print the summary rows as JSON last")
+    ap.add_argument("--raw", type=Path, help="write every query's result, with each "
+                    "micro-batch's durationMs, to this JSON file")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
@@ -287,6 +304,8 @@ def main() -> None:
             server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
+    if args.raw:
+        args.raw.write_text(json.dumps(raw, indent=1))
     rows = summarize(raw, args.rounds)
     print(f"16 B keys, 100 B values, 4 partitions, Trigger.AvailableNow, local[2], "
           f"cpus={os.cpu_count()}, {args.rounds} rounds (1 = first query, then steady: "
