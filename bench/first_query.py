@@ -51,6 +51,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
+import python_ceiling  # noqa: E402
+
+python_ceiling.add_to_python_path()  # before any JVM starts: its Python processes import it
 
 DAEMONS = {"pyspark": None, "txnlog": "txnlog.datasource.worker_daemon"}
 # What is measured, interleaved in each round: (label, daemon, pipeline). The first is the
@@ -61,7 +64,6 @@ VARIANTS = (("ceiling", "pyspark", "pyceiling>pyceiling"),
 
 
 def session(daemon_module: str | None) -> Any:
-    import python_ceiling
     from pyspark.sql import SparkSession
 
     b = (SparkSession.builder.master("local[2]").appName("txnlog-bench-first-query")

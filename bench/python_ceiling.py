@@ -141,9 +141,18 @@ class PythonCeiling(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register the ceiling source with ``spark``, its classes pickled by value (the bench
-    directory is not on the Python workers' path)."""
-    from pyspark import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    """Register the ceiling source with ``spark``. Its Python processes import this module
+    by name (no code travels pickled by value: that costs every planner call and task), so
+    the bench directory must be on their path: bench/streaming.py puts it on PYTHONPATH
+    before the JVM starts, and Spark passes that on to every Python process it starts."""
     spark.dataSource.register(PythonCeiling)
+
+
+def add_to_python_path() -> None:
+    """Put this directory on PYTHONPATH for the Python processes of a JVM started later."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here, *parts])

@@ -50,6 +50,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
+import python_ceiling  # noqa: E402
+
+python_ceiling.add_to_python_path()  # before any JVM starts: its Python processes import it
 
 # CPU of a query: the bench process and its descendants (JVM, Python workers, coordinator,
 # S3 server), as bench/spark_rw.py counts it; other agents' processes never count.
@@ -59,6 +62,11 @@ PIPELINES = ("txnlog>txnlog", "txnlog>noop", "parquet>parquet", "parquet>txnlog"
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 KV = ("CAST(lpad(CAST(id % 100000 AS STRING), 16, '0') AS BINARY) AS key",
       "CAST(rpad(CAST(id AS STRING), 100, 'x') AS BINARY) AS value")
+
+
+# The S3 server's process (SeaweedFS, on the same cores as Spark): its CPU per query is
+# reported apart, being the storage's cost rather than txnlog's or Spark's.
+SERVER_PID: int | None = None
 
 
 def load() -> float:
@@ -130,14 +138,17 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
         w, target = w.format("noop"), None
     else:
         w, target = w.format("parquet"), str(inp.work / f"out-{name}.parquet")
+    from breadth import _cpu_s
     from spark_rw import _run_cpu
 
     cpu0 = _run_cpu(os.getpid(), CPU_MARKER)
+    server0 = _cpu_s(SERVER_PID) if SERVER_PID else 0.0
     t0 = time.perf_counter()
     q = w.start(target) if target else w.start()
     q.awaitTermination()
     wall = time.perf_counter() - t0
     cpu1 = _run_cpu(os.getpid(), CPU_MARKER)
+    server_cpu = (_cpu_s(SERVER_PID) - server0) if SERVER_PID else 0.0
     cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     if len(progress) < 2:
@@ -147,6 +158,7 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
     phases = {ph: statistics.median(p["durationMs"].get(ph, 0) for p in progress)
               for ph in PHASES}
     return {"records": rows, "batches": len(progress), "wall_s": wall, "cpu_s": cpu,
+            "server_cpu_s": server_cpu,
             "batch_phases": [{"rows": p["numInputRows"], **p["durationMs"]} for p in progress],
             "records_per_s": rows / (sum(trig) / 1000), "batch_ms": statistics.median(trig),
             "phases": phases, "load": load()}
@@ -154,7 +166,6 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
 
 def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[int],
                batches: list[int], rounds: int, pipelines: list[str]) -> list[dict[str, Any]]:
-    import python_ceiling
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("txnlog-bench-streaming")
@@ -197,7 +208,7 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
                     print(f"# {root_name} round {r + 1} {pipeline:<16} {size:>7,}/trigger: "
                           f"{res['records_per_s']:>10,.0f} rec/s, batch p50 "
                           f"{res['batch_ms']:>6.0f} ms, wall {res['wall_s']:5.1f} s, "
-                          f"cpu {res['cpu_s']:5.1f} s, "
+                          f"cpu {res['cpu_s']:5.1f} s (S3 server {res['server_cpu_s']:4.1f}), "
                           f"load {res['load']:.1f}", file=sys.stderr, flush=True)
         return out
     finally:
@@ -233,6 +244,7 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
             "first_wall_s": first["wall_s"] if first else float("nan"),
             "first_cpu_s": first["cpu_s"] if first else float("nan"),
             "cpu_s": statistics.median(x["cpu_s"] for x in steady),
+            "server_cpu_s": statistics.median(x.get("server_cpu_s", 0.0) for x in steady),
             "records_per_s": statistics.median(x["records_per_s"] for x in steady),
             "batch_ms": statistics.median(x["batch_ms"] for x in steady),
             "wall_s": statistics.median(x["wall_s"] for x in steady),
@@ -249,6 +261,7 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    global SERVER_PID
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="500000,50000,1000",
                     help="records per trigger, comma-separated (the first size runs first)")
@@ -284,6 +297,7 @@ def main() -> None:
 
             server = S3Server.start(tmp / "weed")
             server.create_bucket("bench")
+            SERVER_PID = server.process.pid
             os.environ.update(server.env())  # before the JVM: workers inherit it
             roots.append(("s3", "s3://bench/stream"))
         os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -312,8 +326,8 @@ def main() -> None:
           f"medians); load {load_start[0]:.1f} at start, {load():.1f} at end")
     print("| root | per trigger | pipeline | steady rec/s | vs parquet>parquet | batch p50 ms |"
           " vs parquet>parquet | first rec/s | wall s: first / steady (extra) |"
-          " CPU s: first / steady (extra) |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          " CPU s: first / steady (extra) | of which S3 server (steady) |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         tp = r["vs_parquet_records_per_s"]
         lat = r["vs_parquet_batch_ms"]
@@ -321,7 +335,7 @@ def main() -> None:
               f"{r['records_per_s']:,.0f} | {tp:.2f}x | {r['batch_ms']:.0f} | {lat:.2f}x | "
               f"{r['first_records_per_s']:,.0f} | {r['first_wall_s']:.1f} / "
               f"{r['wall_s']:.1f} ({r['first_extra_s']:+.1f}) | {r['first_cpu_s']:.1f} / "
-              f"{r['cpu_s']:.1f} ({r['first_extra_cpu_s']:+.1f}) |")
+              f"{r['cpu_s']:.1f} ({r['first_extra_cpu_s']:+.1f}) | {r['server_cpu_s']:.1f} |")
     if args.profile:
         print("\nWhere a micro-batch's time goes (Spark's durationMs, ms, steady medians):")
         print("| root | per trigger | pipeline | " + " | ".join(PHASES) + " |")
