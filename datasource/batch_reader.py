@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .options import ReadOptions
-from .planning import OffsetRange, partition_snapshot, plan_ranges, split_ranges
+from .planning import OffsetRange, pack_ranges, partition_snapshot, plan_ranges, split_ranges
 from .projection import arrow_schema, check_requested_schema
 
 # A Spark local property (sc.setLocalProperty) that makes read tasks yield Arrow batches of
@@ -28,14 +28,29 @@ if TYPE_CHECKING:
 
 @dataclass
 class TxnlogInputPartition(InputPartition):
-    """One task: an offset range of one partition, with the stable snapshot it was planned
+    """One task: offset ranges - one, or several small ones read one after the other
+    (planning.pack_ranges) - each with the stable snapshot of its partition it was planned
     against (so every task agrees on where "latest" is)."""
 
-    range: OffsetRange
-    snapshot: StableSnapshot | None
+    ranges: tuple[OffsetRange, ...]
+    snapshots: tuple[Any, ...]  # a partition_snapshot per range
 
     def __post_init__(self) -> None:
-        InputPartition.__init__(self, self.range)
+        InputPartition.__init__(self, self.ranges)
+
+
+def input_partitions(pieces: list[OffsetRange], snapshot: StableSnapshot | None,
+                     opts: ReadOptions) -> list[InputPartition]:
+    """The tasks of a read: ``pieces`` (split by minPartitions/maxRecordsPerPartition)
+    packed by minRecordsPerPartition (never past maxRecordsPerPartition), each range with
+    its partition's snapshot."""
+    pack = opts.min_records_per_partition
+    if opts.max_records_per_partition:
+        pack = min(pack, opts.max_records_per_partition)
+    return [TxnlogInputPartition(tuple(group),
+                                 tuple(partition_snapshot(snapshot, r.topic, r.partition)
+                                       for r in group))
+            for group in pack_ranges(pieces, pack)]
 
 
 class TxnlogBatchReader(DataSourceReader):
@@ -54,8 +69,7 @@ class TxnlogBatchReader(DataSourceReader):
             ranges = self._narrow(storage, ranges, snapshot)
         pieces = split_ranges(ranges, self.opts.min_partitions,
                               self.opts.max_records_per_partition)
-        return [TxnlogInputPartition(r, partition_snapshot(snapshot, r.topic, r.partition))
-                for r in pieces]
+        return input_partitions(pieces, snapshot, self.opts)
 
     def _narrow(self, storage: object, ranges: list[OffsetRange],
                 snapshot: StableSnapshot | None) -> list[OffsetRange]:
@@ -92,28 +106,27 @@ class TxnlogBatchReader(DataSourceReader):
             # PySpark turns an empty partitions() list (nothing to read, or every range
             # pruned by pushed filters) into one InputPartition(None): an empty result.
             return
-        r = partition.range
         target = arrow_schema(self.schema)
         storage = Storage.for_url(self.opts.root, self.opts.storage_options)
-        reader = PartitionReader(storage, r.topic, r.partition,
-                                 isolation_level=self.opts.isolation_level,
-                                 include_headers=self.needs_headers,
-                                 snapshot=partition.snapshot)
         step = _batch_rows()
-        for chunk in _read_range(reader, r.start, r.end, self.opts.fail_on_data_loss):
-            batch = chunk.batch
-            if self.filters:
-                from .pushdown import apply
+        for r, snap in zip(partition.ranges, partition.snapshots, strict=True):
+            reader = PartitionReader(storage, r.topic, r.partition,
+                                     isolation_level=self.opts.isolation_level,
+                                     include_headers=self.needs_headers, snapshot=snap)
+            for chunk in _read_range(reader, r.start, r.end, self.opts.fail_on_data_loss):
+                batch = chunk.batch
+                if self.filters:
+                    from .pushdown import apply
 
-                batch = apply(batch, self.filters)
-                if batch.num_rows == 0:
-                    continue
-            batch = project(batch, target)
-            if step and batch.num_rows > step:
-                for start in range(0, batch.num_rows, step):
-                    yield batch.slice(start, step)
-            else:
-                yield batch
+                    batch = apply(batch, self.filters)
+                    if batch.num_rows == 0:
+                        continue
+                batch = project(batch, target)
+                if step and batch.num_rows > step:
+                    for start in range(0, batch.num_rows, step):
+                        yield batch.slice(start, step)
+                else:
+                    yield batch
 
 
 def _read_range(reader: Any, start: int, end: int, fail_on_data_loss: bool) -> Iterator[Any]:

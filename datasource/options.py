@@ -35,6 +35,7 @@ READ = {
     "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy",
     "endingtimestamp", "endingoffsetsbytimestamp",
     "isolation.level", "includeheaders", "minpartitions", "maxrecordsperpartition",
+    "minrecordsperpartition",
     "failondataloss", "pushfilters",
 }
 STREAM_READ = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxbytespertrigger", "groupid",
@@ -45,6 +46,9 @@ WRITE = {
 }
 # Spark's Kafka source: maxTriggerDelay defaults to 15 minutes (DEFAULT_MAX_TRIGGER_DELAY).
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+# Ranges of fewer records are read together in one Spark task (option minRecordsPerPartition:
+# a task costs ~25-50 ms whatever it reads; Spark's file sources pack small files likewise).
+DEFAULT_MIN_RECORDS_PER_PARTITION = 10_000
 # Spark's time strings (JavaUtils.timeStringAs): a number and an optional unit, ms if none.
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
                   "h": 3_600_000, "d": 86_400_000}
@@ -110,6 +114,8 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     coordinator_credentials: Credentials = field(default_factory=Credentials)
+    # Ranges with fewer records share a Spark task (planning.pack_ranges); 0: never.
+    min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
 
     @property
     def read_committed(self) -> bool:
@@ -436,6 +442,13 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         min_offsets_per_trigger=min_offsets,
         max_trigger_delay_ms=max_delay,
         coordinator_credentials=_credentials(options),
+        # minPartitions and maxRecordsPerPartition ask for more, smaller tasks: then small
+        # ranges keep a task each unless minRecordsPerPartition is given too.
+        min_records_per_partition=_int(
+            options, "minrecordsperpartition",
+            0 if options.get("minpartitions") is not None
+            or options.get("maxrecordsperpartition") is not None
+            else DEFAULT_MIN_RECORDS_PER_PARTITION, minimum=0) or 0,
     )
 
 

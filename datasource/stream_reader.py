@@ -273,7 +273,7 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         saves a manifest LIST and a partition LIST for every partition, 8 of the 15
         requests of a 4-partition batch. Partitions new to the query start at their log
         start, which is listed here (once)."""
-        from .batch_reader import TxnlogInputPartition
+        from .batch_reader import input_partitions
 
         begin, stop = stream_offsets.decode(start), stream_offsets.decode(end)
         if begin == stop:
@@ -292,8 +292,7 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Planned without listing the partitions: each task finds out whether its first
         # offsets still exist (batch_reader._read_range: failOnDataLoss), as Spark's Kafka
         # source leaves that to its executors.
-        return [TxnlogInputPartition(r, partition_snapshot(self._snapshot, r.topic, r.partition))
-                for r in pieces]
+        return input_partitions(pieces, self._snapshot, self.opts)
 
     def _covers(self, end: Mapping[TopicPartition, int]) -> bool:
         """Whether the snapshot held bounds every partition at or past ``end``."""

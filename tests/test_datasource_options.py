@@ -29,6 +29,15 @@ def test_defaults_match_sparks_kafka_source() -> None:
     assert s.starting.default == LATEST
 
 
+def test_small_ranges_share_a_task_unless_asked_for_more_tasks() -> None:
+    assert read(subscribe="a").min_records_per_partition == 10_000
+    assert read(subscribe="a", minRecordsPerPartition="0").min_records_per_partition == 0
+    assert read(subscribe="a", minPartitions="4").min_records_per_partition == 0
+    assert read(subscribe="a", maxRecordsPerPartition="9").min_records_per_partition == 0
+    assert read(subscribe="a", minPartitions="4",
+                minRecordsPerPartition="50").min_records_per_partition == 50
+
+
 def test_per_partition_offsets_and_timestamps() -> None:
     o = read(subscribe="a", startingOffsets='{"a":{"0":5,"1":-2}}',
              endingOffsets='{"a":{"0":-1,"1":9}}')
@@ -56,6 +65,8 @@ def test_assign_and_pattern() -> None:
     ({"subscribe": "a", "isolation.level": "serializable"}, "read_committed or"),
     ({"subscribe": "a", "includeHeaders": "yes"}, "true or false"),
     ({"subscribe": "a", "minPartitions": "0"}, "at least 1"),
+    ({"subscribe": "a", "minRecordsPerPartition": "-1"}, "at least 0"),
+    ({"subscribe": "a", "minRecordsPerPartition": "many"}, "must be an integer"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "10"}, "streaming reads only"),
     ({"assign": '{"a":"0"}'}, "list of partition numbers"),
     ({"subscribePattern": "("}, "not a valid regex"),

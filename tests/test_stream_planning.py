@@ -9,12 +9,15 @@ range's task, which lists its partition anyway, and fail it (failOnDataLoss) or 
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -84,8 +87,9 @@ def test_a_task_finds_offsets_gone_before_its_range(file_root: str,
         r = _reader(file_root, failOnDataLoss=str(fail_on_data_loss).lower())
         start = r.initialOffset()
         end = r.latestOffset(start, r.getDefaultReadLimit())
-        parts = [p for p in r.partitions(start, end) if p.range.partition == 0]
-        assert len(parts) == 1 and parts[0].range.start == 0
+        # t-0 and t-1 are small: one task reads both (minRecordsPerPartition), t-0 first.
+        parts = [p for p in r.partitions(start, end) if any(x.partition == 0 for x in p.ranges)]
+        assert len(parts) == 1 and [x.start for x in parts[0].ranges if x.partition == 0] == [0]
         # Retention deletes the partition's first object after the batch was planned.
         folder = Path(urlparse(file_root).path) / "t-0"
         logs = sorted(folder.glob("*.log"))
@@ -97,8 +101,13 @@ def test_a_task_finds_offsets_gone_before_its_range(file_root: str,
                 list(r.read(parts[0]))
         else:
             batches = list(r.read(parts[0]))
-            offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+            offsets = [o for b in batches for o, p in zip(b.column("offset").to_pylist(),
+                                                          b.column("partition").to_pylist(),
+                                                          strict=True) if p == 0]
             assert offsets and min(offsets) >= first_kept
+            # the task's other range (t-1) is read whole after t-0's skip: 3 transactions
+            # of 5 records (its other offsets hold the commit markers)
+            assert sum(b.column("partition").to_pylist().count(1) for b in batches) == 3 * 5
 
 
 def test_group_offsets_commit_off_the_micro_batch_path(file_root: str) -> None:
@@ -130,3 +139,55 @@ def test_group_offsets_commit_off_the_micro_batch_path(file_root: str) -> None:
         assert r.flush_group_commits(timeout=120)
         want = {tp: off for tp, off in decode(second).items()}
         assert client.committed_offsets("g") == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50_000), max_size=40), st.integers(0, 30_000))
+def test_pack_ranges_keeps_order_and_bounds(sizes: list[int], min_records: int) -> None:
+    """Small ranges share tasks of at most ``min_records`` records; a range of that many or
+    more keeps a task of its own; nothing is lost, duplicated or split, and a task reads its
+    ranges in the order given."""
+    from txnlog.datasource.planning import OffsetRange, pack_ranges
+
+    ranges = [OffsetRange("t", i, 7, 7 + n) for i, n in enumerate(sizes)]
+    tasks = pack_ranges(ranges, min_records)
+    flat = [r for task in tasks for r in task]
+    assert sorted(flat, key=ranges.index) == ranges and len(flat) == len(ranges)
+    assert all(task for task in tasks)
+    for task in tasks:
+        assert [ranges.index(r) for r in task] == sorted(ranges.index(r) for r in task)
+        if len(task) > 1:
+            assert sum(r.size for r in task) <= min_records
+            assert all(r.size < min_records for r in task)
+    if min_records == 0:
+        assert all(len(task) == 1 for task in tasks)
+    # greedy: two successive groups of small ranges would not have fitted in one
+    small = [t for t in tasks if all(r.size < min_records for r in t)]
+    for a, b in itertools.pairwise(small):
+        assert sum(r.size for r in a) + b[0].size > min_records
+
+
+def test_a_small_micro_batch_is_one_task(file_root: str) -> None:
+    """1,000 records per trigger over 4 partitions: one task (it was four, two waves on two
+    cores); minRecordsPerPartition=0 gives Spark's Kafka source's one task per partition."""
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 4)
+        with TransactionalProducer(file_root, "p4", coordinator=coord.endpoint) as prod:
+            prod.init_transactions()
+            prod.begin_transaction()
+            for i in range(2400):
+                prod.send("t", b"v", key=b"k%d" % i, partition=i % 4)
+            prod.commit_transaction()
+        for opts, tasks in (({}, 1), ({"minRecordsPerPartition": "0"}, 4)):
+            r = _reader(file_root, maxOffsetsPerTrigger="1000", **opts)
+            start = r.initialOffset()
+            end = r.latestOffset(start, r.getDefaultReadLimit())
+            parts = r.partitions(start, end)
+            assert len(parts) == tasks, opts
+            rows = [row for p in parts for b in r.read(p)
+                    for row in zip(b.column("partition").to_pylist(),
+                                   b.column("offset").to_pylist(), strict=True)]
+            assert len(rows) == len(set(rows)) == 1000
+            for p in range(4):  # each partition's records in order, from its start
+                offs = [o for q, o in rows if q == p]
+                assert offs == list(range(len(offs)))

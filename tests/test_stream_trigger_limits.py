@@ -136,7 +136,7 @@ def test_offset_beyond_the_end_fails_or_goes_on_from_the_end(file_root: str) -> 
         nxt = r.latestOffset(end, ReadAllAvailable())
         assert decode(nxt) == {("t", 0): 7}
         [part] = r.partitions(end, nxt)
-        assert (part.range.start, part.range.end) == (4, 7)
+        assert [(x.start, x.end) for x in part.ranges] == [(4, 7)]
 
 
 def _backlogs() -> st.SearchStrategy[tuple[dict, dict, int]]:

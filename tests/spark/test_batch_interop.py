@@ -227,7 +227,14 @@ def test_timestamps(spark, ev_root: str, ev_rows: list) -> None:
 
 
 def test_split_across_tasks(spark, ev_root: str, ev_rows: list) -> None:
-    for opts, tasks in (({}, 3), ({"maxRecordsPerPartition": "30"}, 12),
+    # 100 records (and commit markers) per partition: by default one task reads all three
+    # (minRecordsPerPartition, 10,000); minPartitions and maxRecordsPerPartition split.
+    for opts, tasks in (({}, 1), ({"minRecordsPerPartition": "0"}, 3),
+                        ({"minRecordsPerPartition": "150"}, 3),
+                        ({"minRecordsPerPartition": "290"}, 2),
+                        ({"maxRecordsPerPartition": "30"}, 12),
+                        # packing never makes a task bigger than maxRecordsPerPartition
+                        ({"maxRecordsPerPartition": "60", "minRecordsPerPartition": "999"}, 6),
                         ({"minPartitions": "7"}, 7),
                         ({"minPartitions": "5", "maxRecordsPerPartition": "60"}, 6)):
         df = load(spark, ev_root, subscribe="ev", **opts)
@@ -272,8 +279,12 @@ def test_filter_pushdown_returns_the_same_rows(spark, ev_root: str, ev_rows: lis
         plain = norm(load(spark, ev_root, subscribe="ev").where(f).collect())
         pushed_df = load(spark, ev_root, subscribe="ev", pushFilters="true").where(f)
         assert norm(pushed_df.collect()) == plain, f
-    # The filters really were pushed: a partition filter plans one task instead of three.
-    pushed = load(spark, ev_root, subscribe="ev", pushFilters="true").where("partition = 1")
+    # The filters really were pushed: a partition filter plans one task instead of three
+    # (one task per partition: minRecordsPerPartition=0).
+    one_each = {"minRecordsPerPartition": "0"}
+    assert load(spark, ev_root, subscribe="ev", **one_each).rdd.getNumPartitions() == 3
+    pushed = (load(spark, ev_root, subscribe="ev", pushFilters="true", **one_each)
+              .where("partition = 1"))
     assert pushed.rdd.getNumPartitions() == 1
 
 
