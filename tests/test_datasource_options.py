@@ -30,7 +30,7 @@ def test_defaults_match_sparks_kafka_source() -> None:
 
 
 def test_small_ranges_share_a_task_unless_asked_for_more_tasks() -> None:
-    assert read(subscribe="a").min_records_per_partition == 10_000
+    assert read(subscribe="a").min_records_per_partition == 50_000
     assert read(subscribe="a", minRecordsPerPartition="0").min_records_per_partition == 0
     assert read(subscribe="a", minPartitions="4").min_records_per_partition == 0
     assert read(subscribe="a", maxRecordsPerPartition="9").min_records_per_partition == 0

@@ -228,7 +228,7 @@ def test_timestamps(spark, ev_root: str, ev_rows: list) -> None:
 
 def test_split_across_tasks(spark, ev_root: str, ev_rows: list) -> None:
     # 100 records (and commit markers) per partition: by default one task reads all three
-    # (minRecordsPerPartition, 10,000); minPartitions and maxRecordsPerPartition split.
+    # (minRecordsPerPartition, 50,000); minPartitions and maxRecordsPerPartition split.
     for opts, tasks in (({}, 1), ({"minRecordsPerPartition": "0"}, 3),
                         ({"minRecordsPerPartition": "150"}, 3),
                         ({"minRecordsPerPartition": "290"}, 2),
