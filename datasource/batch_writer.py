@@ -146,7 +146,7 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
                         Membership(self.transactional_id, self.producer_id, self.epoch))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        from .task_writer import TxnlogCommitMessage
+        from .commit_messages import TxnlogCommitMessage
 
         members = [m.member_id for m in messages if isinstance(m, TxnlogCommitMessage)]
         if len(members) != len(messages):

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
     from txnlog.coordinator.client import CoordinatorClient
 
-    from .task_writer import TxnlogCommitMessage
+    from .commit_messages import TxnlogCommitMessage
 
 log = logging.getLogger(__name__)
 

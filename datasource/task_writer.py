@@ -15,11 +15,9 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import WriterCommitMessage
 from txnlog.coordinator.client import CoordinatorClient
 from txnlog.coordinator.errors import InvalidProducerIdMappingError, ProducerFencedError
 from txnlog.coordinator.segment_writer import (
@@ -33,6 +31,7 @@ from txnlog.log_format.compression import Codec
 from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.storage import Storage, aligned_empty
 
+from .commit_messages import Membership, TxnlogCommitMessage
 from .options import WriteOptions
 from .routing import Router
 
@@ -46,27 +45,6 @@ FLUSH_BYTES_PROPERTY = "txnlog.write.flushBytes"
 _io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="txnlog-put")
 # Runs each task's in-flight flush (its puts go to _io); one per concurrent task in a worker.
 _flusher = ThreadPoolExecutor(max_workers=4, thread_name_prefix="txnlog-flush")
-
-
-@dataclass
-class TxnlogCommitMessage(WriterCommitMessage):
-    """What a successful task attempt hands the driver: the member to commit."""
-
-    member_id: int
-    member_epoch: int
-    task_partition: int
-    attempt: int
-    records: int = 0
-    written: list[tuple[str, int, int, int]] = field(default_factory=list)  # t, p, base, n
-
-
-@dataclass(frozen=True)
-class Membership:
-    """The transaction a task joins: (transactional id, producer id, epoch)."""
-
-    transactional_id: str
-    producer_id: int
-    epoch: int
 
 
 class _Heartbeat:
