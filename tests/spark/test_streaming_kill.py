@@ -340,15 +340,20 @@ def test_coordinator_killed_mid_run(story: Story) -> None:
 
 def test_two_copies_of_one_query(story: Story) -> None:
     story.add_input(per_key=30)
+    # The second copy boots (JVM, session) beside the first and starts its query once the
+    # first has created the checkpoint: started at the same instant they would only race on
+    # Spark's checkpoint `metadata` file, before either reaches the offset log or the
+    # coordinator, which is what this test is about. Booted only then, it used to find the
+    # input drained (each small micro-batch is one task now) and both copies succeeded.
+    b = story.driver(wait_go=True)
     a = story.driver()
-    # The second copy starts once the first has created the checkpoint: started at the same
-    # instant they would only race on Spark's checkpoint `metadata` file, before either
-    # reaches the offset log or the coordinator, which is what this test is about.
     deadline = time.monotonic() + 300
-    while not (story.ckpt / "metadata").exists():
-        assert a.proc.poll() is None and time.monotonic() < deadline, a.text()[-3000:]
-        time.sleep(0.2)
-    b = story.driver()
+    while not ((story.ckpt / "metadata").exists() and "READY" in b.text()):
+        assert a.running() and b.running() and time.monotonic() < deadline, \
+            (a.text()[-3000:], b.text()[-3000:])
+        time.sleep(0.05)
+    assert a.running(), "the first copy drained its input before the second started"
+    b.go()
     rcs = [a.wait(600), b.wait(600)]
     texts = [a.text(), b.text()]
     print("exit codes", rcs)
