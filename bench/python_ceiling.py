@@ -40,11 +40,13 @@ class _Range(InputPartition):
         self.start, self.end = start, end
 
 
-def _batches(schema: Any) -> list[Any]:
-    """Two batches of _CHUNK rows, built once per Python process and reused (sliced)."""
-    cache = getattr(sys, "_txnlog_pyceiling_batches", None)
-    if cache is not None:
-        return cache
+def _batch(schema: Any) -> Any:
+    """One batch of _CHUNK rows of ``schema``, built once per Python process and schema and
+    sliced for every read."""
+    cache = sys.__dict__.setdefault("_txnlog_pyceiling_batches", {})
+    key = schema.simpleString()
+    if key in cache:
+        return cache[key]
     import numpy as np
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -52,18 +54,16 @@ def _batches(schema: Any) -> list[Any]:
     target = to_arrow_schema(schema, timezone="UTC")
     n = _CHUNK
     idx = pa.array(np.arange(n) % 1000)
-    key = pa.array([b"%016d" % i for i in range(1000)], pa.binary()).take(idx)
+    key_col = pa.array([b"%016d" % i for i in range(1000)], pa.binary()).take(idx)
     value = pa.array([(b"%d" % i).ljust(100, b"x") for i in range(1000)], pa.binary()).take(idx)
-    cols = [key, value]
+    cols = [key_col, value]
     if len(target) == 7:
         cols += [pa.array(["in"] * n, pa.string()), pa.array(np.zeros(n, np.int32)),
                  pa.array(np.arange(n, dtype=np.int64)),
                  pa.array(np.zeros(n, np.int64)).cast(pa.timestamp("us", tz="UTC")),
                  pa.array(np.zeros(n, np.int32))]
-    one = pa.RecordBatch.from_arrays(cols, schema=target)
-    cache = [one, one]
-    sys._txnlog_pyceiling_batches = cache  # type: ignore[attr-defined]
-    return cache
+    cache[key] = pa.RecordBatch.from_arrays(cols, schema=target)
+    return cache[key]
 
 
 class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -91,14 +91,11 @@ class CeilingStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, _Range)
         left = partition.end - partition.start
-        cache = _batches(self.schema)
+        batch = _batch(self.schema)
         while left > 0:
-            for batch in cache:
-                take = min(left, batch.num_rows)
-                yield batch.slice(0, take)
-                left -= take
-                if left == 0:
-                    return
+            take = min(left, batch.num_rows)
+            yield batch.slice(0, take)
+            left -= take
 
     def commit(self, end: dict) -> None:
         pass

@@ -138,17 +138,16 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
         w, target = w.format("noop"), None
     else:
         w, target = w.format("parquet"), str(inp.work / f"out-{name}.parquet")
-    from breadth import _cpu_s
     from spark_rw import _run_cpu
 
     cpu0 = _run_cpu(os.getpid(), CPU_MARKER)
-    server0 = _cpu_s(SERVER_PID) if SERVER_PID else 0.0
     t0 = time.perf_counter()
     q = w.start(target) if target else w.start()
     q.awaitTermination()
     wall = time.perf_counter() - t0
     cpu1 = _run_cpu(os.getpid(), CPU_MARKER)
-    server_cpu = (_cpu_s(SERVER_PID) - server0) if SERVER_PID else 0.0
+    # the S3 server is one of the run's processes: its share of the same reading
+    server_cpu = cpu1.get(SERVER_PID, 0.0) - cpu0.get(SERVER_PID, 0.0) if SERVER_PID else 0.0
     cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     if len(progress) < 2:
