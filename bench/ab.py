@@ -118,7 +118,7 @@ def main() -> int:
                 if pp is not None:
                     env["PYTHONPATH"] = pp + (os.pathsep + env["PYTHONPATH"]
                                               if env.get("PYTHONPATH") else "")
-                subprocess.run([sys.executable, "-c", "from txnlog.log_format.warmup import "
+                subprocess.run([sys.executable, "-c", "from txnlog.log_format.arrow.warmup import "
                                 "warm_up; warm_up()"], env=env, check=True)
                 print(f"# {side}: kernels warmed up", flush=True)
         results: dict[str, list[list[dict]]] = {"before": [], "after": []}

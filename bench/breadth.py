@@ -91,7 +91,7 @@ def measure(root: str, partitions: int, commits: int, warmup: int, log_snapshots
     """One point, with whatever ``txnlog`` this process imports (before or after)."""
     from coordinator_proc import CoordinatorProc
     from txnlog.log_format import layout
-    from txnlog.log_format.records import encode_batch
+    from txnlog.log_format.codec.records import encode_batch
     from txnlog.log_format.storage import Storage
 
     log_path = Path(tempfile.mkdtemp(prefix="breadth-log-")) / "coordinator.log"
@@ -149,7 +149,7 @@ def _wait_for_merge_worker(proc: Any, root: str, extra: list[str]) -> None:
     """Measure the steady state: a coordinator that spawns its merge worker as it starts
     (since session 10) spends about a second of CPU on it then; wait for it to be ready
     rather than measure commits beside it. A start that never shows fails the point."""
-    from txnlog.coordinator import merge_worker
+    from txnlog.coordinator.maintenance import merge_worker
 
     if (not root.startswith("s3://") or "--no-merge" in extra
             or "--merge-process off" in " ".join(extra)

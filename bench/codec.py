@@ -30,7 +30,7 @@ from aiokafka.record.default_records import _DefaultRecordBatchBuilderCython as 
 from aiokafka.record.default_records import _DefaultRecordBatchCython as AioBatch
 from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KpBuilder
-from txnlog.log_format.arrow_codec import decode_to_arrow, encode_arrow, scan_batches
+from txnlog.log_format.arrow.arrow_codec import decode_to_arrow, encode_arrow, scan_batches
 
 KEY, VALUE = 16, 100
 BATCH = 1 << 20

@@ -54,8 +54,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from coordinator_proc import CoordinatorProc
-    from txnlog.coordinator.client import CoordinatorClient
-    from txnlog.coordinator.producer import TransactionalProducer
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+    from txnlog.coordinator.client.producer import TransactionalProducer
 
     root = Path(tempfile.mkdtemp(prefix="bench-compaction-"))
     url = f"file://{root}"

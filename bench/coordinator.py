@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import urllib3
 from coordinator_proc import CoordinatorProc
 from prometheus_client.parser import text_string_to_metric_families
-from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.log_format import layout
-from txnlog.log_format.records import encode_batch
+from txnlog.log_format.codec.records import encode_batch
 from txnlog.log_format.storage import Storage
 
 OBJECT_KINDS = ("marker", "txnindex", "fence", "stable")

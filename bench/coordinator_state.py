@@ -53,9 +53,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from txnlog.coordinator.client import CoordinatorClient
-from txnlog.coordinator.state import CoordinatorState
-from txnlog.coordinator.txn_log import recover
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.coordinator.state.coordinator_state import CoordinatorState
+from txnlog.coordinator.state.txn_log import recover
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 

@@ -31,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from coordinator_proc import CoordinatorProc
-from txnlog.coordinator.client import CoordinatorClient
-from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.coordinator.client.producer import TransactionalProducer
 
 
 def one_run(root: str, mode: str, heartbeat_ms: int, misses: int, warm: int,

@@ -59,7 +59,7 @@ def fetch_raw_gateway(port: int, topic: str, end: int) -> float:
 
     from kio.index import load_request_schema, load_response_schema
     from kio.serial import entity_reader, entity_writer
-    from txnlog.log_format.arrow_codec import scan_batches
+    from txnlog.log_format.arrow.arrow_codec import scan_batches
 
     req_cls = load_request_schema(1, 12)
     resp_cls = load_response_schema(1, 12)

@@ -149,8 +149,8 @@ def _plan_micro_batch(root: str, previous: dict[str, Any] | None
     """Driver-side planning of one micro-batch, as Spark calls the stream reader."""
     from pyspark.sql.datasource import ReadAllAvailable
     from txnlog.datasource.options import parse_read_options
-    from txnlog.datasource.projection import full_read_schema
-    from txnlog.datasource.stream_reader import TxnlogStreamReader
+    from txnlog.datasource.read.projection import full_read_schema
+    from txnlog.datasource.read.stream_reader import TxnlogStreamReader
     from txnlog.log_format import stable
     from txnlog.log_format.storage import Storage
 
@@ -170,9 +170,9 @@ def _plan_micro_batch(root: str, previous: dict[str, Any] | None
 def run(root: str, points: list[int], merge: bool, label: str, writers: int
         ) -> list[dict[str, Any]]:
     from coordinator_proc import CoordinatorProc
-    from txnlog.coordinator.producer import TransactionalProducer
+    from txnlog.coordinator.client.producer import TransactionalProducer
+    from txnlog.log_format.arrow.warmup import warm_up
     from txnlog.log_format.layout import TopicPartition
-    from txnlog.log_format.warmup import warm_up
 
     warm_up()  # compile the codec kernels first: not a commit's latency
     log_path = Path(tempfile.mkdtemp(prefix="growth-log-")) / "coordinator.log"

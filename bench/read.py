@@ -41,20 +41,20 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from txnlog.log_format.arrow_codec import (  # noqa: E402
+from txnlog.log_format.arrow.arrow_codec import (  # noqa: E402
     AbortedFilter,
     decode_to_arrow,
     encode_arrow,
     scan_batches,
 )
-from txnlog.log_format.control import ControlType, Marker, encode_markers  # noqa: E402
+from txnlog.log_format.codec.control import ControlType, Marker, encode_markers  # noqa: E402
 from txnlog.log_format.layout import (  # noqa: E402
     partition_dir,
     segment_path,
 )
 from txnlog.log_format.manifest import MergedObject, new_manifest  # noqa: E402
 from txnlog.log_format.reader import PartitionReader  # noqa: E402
-from txnlog.log_format.segment_merge import MergeInput, merge_segment  # noqa: E402
+from txnlog.log_format.segments.segment_merge import MergeInput, merge_segment  # noqa: E402
 from txnlog.log_format.stable import make_snapshot, write_stable  # noqa: E402
 from txnlog.log_format.storage import Storage  # noqa: E402
 from txnlog.log_format.topics import create_topic  # noqa: E402

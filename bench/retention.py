@@ -37,10 +37,10 @@ BASELINE = (100, 10)
 
 
 def build(partitions: int, history: int, retention_bytes: bool) -> Any:
-    from txnlog.coordinator.log_retention import LogRetention
-    from txnlog.coordinator.runtime import Observer
-    from txnlog.coordinator.state import CoordinatorState
-    from txnlog.coordinator.txn_log_records import LogRecord
+    from txnlog.coordinator.maintenance.log_retention import LogRetention
+    from txnlog.coordinator.state.coordinator_state import CoordinatorState
+    from txnlog.coordinator.state.runtime import Observer
+    from txnlog.coordinator.state.txn_log_records import LogRecord
     from txnlog.log_format.storage import Storage
 
     state = CoordinatorState()

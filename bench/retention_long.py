@@ -52,7 +52,7 @@ def walk(storage: Any, directory: str = "") -> tuple[int, int]:
 
 
 def writer(root: str, endpoint: str, stop: threading.Event, counter: list[int]) -> None:
-    from txnlog.coordinator.producer import TransactionalProducer
+    from txnlog.coordinator.client.producer import TransactionalProducer
 
     prod = TransactionalProducer(root, "long-writer", coordinator=endpoint)
     prod.init_transactions()
@@ -77,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from coordinator_proc import CoordinatorProc
-    from txnlog.coordinator.client import CoordinatorClient
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
     from txnlog.log_format.consumer import Consumer
     from txnlog.log_format.reader import PartitionReader
     from txnlog.log_format.storage import Storage

@@ -271,7 +271,8 @@ def main() -> None:
     print(f"rows={n:,} repeat={args.repeat} conf={args.conf} load average before: "
           f"{loadavg()}", flush=True)
     codec_file = spark.sparkContext.parallelize([0], 1).map(
-        lambda _: __import__("txnlog.log_format.arrow_encode", fromlist=["_"]).__file__).first()
+        lambda _: __import__("txnlog.log_format.arrow.arrow_encode",
+                             fromlist=["_"]).__file__).first()
     print(f"workers' txnlog codec: {codec_file}", flush=True)
 
     def src() -> DataFrameReader:

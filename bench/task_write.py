@@ -52,11 +52,11 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="write cProfile stats to this file")
     args = ap.parse_args()
 
-    from txnlog.coordinator.embedded import coordinator_for_root
-    from txnlog.datasource import task_writer
-    from txnlog.datasource.batch_writer import coordinator_client, ensure_topic
+    from txnlog.coordinator.client.embedded import coordinator_for_root
     from txnlog.datasource.options import parse_write_options
-    from txnlog.datasource.task_writer import Membership, run_task
+    from txnlog.datasource.write import task_writer
+    from txnlog.datasource.write.batch_writer import coordinator_client, ensure_topic
+    from txnlog.datasource.write.task_writer import Membership, run_task
 
     if args.flush_bytes:
         task_writer.FLUSH_BYTES = args.flush_bytes

@@ -152,3 +152,13 @@ def null_key_error(topic: str, partition: int | None = None, row: int | None = N
             f"{which}: topic {topic!r} has cleanup.policy=compact, which keeps the latest "
             "record per key; give every record a key, or write to a topic with "
             "cleanup.policy=delete")
+
+
+def check_values(config: dict[str, str]) -> None:
+    """Kafka's LogConfig.validateValues: what single values cannot say."""
+    eff = effective_config(config)
+    if int(eff["min.compaction.lag.ms"]) > int(eff["max.compaction.lag.ms"]):
+        raise InvalidConfigError(
+            f"conflict topic config setting min.compaction.lag.ms "
+            f"({eff['min.compaction.lag.ms']}) > max.compaction.lag.ms "
+            f"({eff['max.compaction.lag.ms']})")

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from .options import InvalidOptionError
+from .errors import InvalidOptionError
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from txnlog.coordinator.security import Credentials
-from txnlog.log_format.compression import Codec
-from txnlog.log_format.errors import TxnlogError
+from txnlog.log_format.codec.compression import Codec
+
+from .errors import InvalidOptionError
 
 EARLIEST = -2
 LATEST = -1
@@ -58,10 +59,6 @@ _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
                   "h": 3_600_000, "d": 86_400_000}
 
 Kind = Literal["batch_read", "stream_read", "batch_write", "stream_write"]
-
-
-class InvalidOptionError(TxnlogError, ValueError):
-    """An option the data source does not know, or a value it cannot use."""
 
 
 @dataclass(frozen=True)

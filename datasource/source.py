@@ -36,8 +36,8 @@ class TxnlogDataSource(DataSource):
         return read_ddl(include_headers=headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from .batch_reader import TxnlogBatchReader, TxnlogFilteringBatchReader
         from .options import parse_read_options
+        from .read.batch_reader import TxnlogBatchReader, TxnlogFilteringBatchReader
 
         opts = parse_read_options(self.options)
         cls = TxnlogFilteringBatchReader if opts.push_filters else TxnlogBatchReader
@@ -48,14 +48,14 @@ class TxnlogDataSource(DataSource):
             raise InvalidOptionError(
                 "txnlog is an append-only log: mode('overwrite') would have to delete "
                 "committed records; use mode('append')")
-        from .batch_writer import TxnlogBatchWriter
         from .options import parse_write_options
+        from .write.batch_writer import TxnlogBatchWriter
 
         return TxnlogBatchWriter(parse_write_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .options import parse_read_options
-        from .stream_reader import TxnlogStreamReader
+        from .read.stream_reader import TxnlogStreamReader
 
         return TxnlogStreamReader(parse_read_options(self.options, streaming=True), schema)
 
@@ -65,6 +65,6 @@ class TxnlogDataSource(DataSource):
                 "txnlog streams support outputMode('append') only: complete/update modes "
                 "would rewrite an append-only log")
         from .options import parse_write_options
-        from .stream_writer import TxnlogStreamWriter
+        from .write.stream_writer import TxnlogStreamWriter
 
         return TxnlogStreamWriter(parse_write_options(self.options, streaming=True), schema)

@@ -141,13 +141,7 @@ def preload() -> float:
     """Import what a txnlog task imports and load the codec's kernels; the seconds it took."""
     t0 = time.perf_counter()
     import pyspark.worker  # noqa: F401 - what every forked worker runs
-    from txnlog.datasource import (  # noqa: F401 - unpickled by read and write tasks
-        batch_reader,
-        stream_reader,
-        stream_writer,
-        task_writer,
-    )
-    from txnlog.log_format.warmup import warm_up
+    from txnlog.log_format.arrow.warmup import warm_up
 
     warm_up()  # every kernel loaded from numba's cache (compiled on a cold cache)
     return time.perf_counter() - t0

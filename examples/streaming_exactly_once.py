@@ -23,9 +23,9 @@ from pathlib import Path
 
 def produce(url: str, n: int) -> None:
     """Some input: JSON orders keyed by customer, in one Kafka-style transaction."""
-    from txnlog.coordinator.client import CoordinatorClient
-    from txnlog.coordinator.embedded import coordinator_for_root
-    from txnlog.coordinator.producer import TransactionalProducer
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+    from txnlog.coordinator.client.embedded import coordinator_for_root
+    from txnlog.coordinator.client.producer import TransactionalProducer
 
     CoordinatorClient(coordinator_for_root(url)).create_topic("orders", 3, exist_ok=True)
     with TransactionalProducer(url, f"order-source-{os.getpid()}") as prod:
@@ -67,7 +67,7 @@ def main(folder: str | None = None) -> None:
                             "'source_offset', offset)) AS value"))
     # A driver killed while Spark wrote the checkpoint's first offset-log entry leaves a
     # file Spark >= 4.1 refuses to restart with; this removes it (docs/streaming.md).
-    from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
+    from txnlog.datasource.read.stream_checkpoint import clear_abandoned_first_batch
 
     clear_abandoned_first_batch(checkpoint)
     query = (enriched.writeStream.format("txnlog")
@@ -87,8 +87,8 @@ def main(folder: str | None = None) -> None:
           f"{n == distinct})")
     print("first:", out.first().v)
 
-    from txnlog.coordinator.client import CoordinatorClient
-    from txnlog.coordinator.embedded import coordinator_for_root
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+    from txnlog.coordinator.client.embedded import coordinator_for_root
 
     offsets = CoordinatorClient(coordinator_for_root(url)).committed_offsets("enricher")
     print("group 'enricher' committed offsets:",

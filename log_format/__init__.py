@@ -4,25 +4,20 @@ Two layers share this folder, and the import direction between them is one way (
 ``tests/test_layering.py``): the bytes never import the place.
 
 **The bytes**: pure functions of their input, no root, no I/O. They can be tested, fuzzed and
-benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte.
+benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte. Three packages:
 
-- ``errors``: the error types of both layers (``TxnlogError`` and the format's errors)
-- ``crc``, ``varint``, ``compression``: checksums, varints, the five codecs
-- ``batch_header``, ``records``, ``control``: record batches, records, transaction markers
-- ``indexes``: ``.index``, ``.timeindex``, ``.txnindex``
-- ``segment_merge``: a run of objects merged into one segment with its indexes
-- ``partitioner``: murmur2 partition choice
-- ``consumer_offsets``: the ``__consumer_offsets`` records and partition choice
-- ``arrow_codec`` (over ``arrow_scan``, ``arrow_decode``, ``arrow_encode`` and the numba
-  kernels ``_decode_kernels``, ``_encode_kernels``): the native-speed Arrow paths
-- ``warmup``: compile the kernels ahead of first use; ``kernel_loading``: load them from
-  numba's cache without numba's whole-target set-up
-- ``dump``: kafka-dump-log's output (``txnlog dump``)
+- ``codec``: checksums, varints, the five compression codecs, record batches, records,
+  control markers, indexes, murmur2 partitioning, ``__consumer_offsets`` records, and
+  kafka-dump-log's output (``txnlog dump``)
+- ``segments``: runs of objects merged into one segment, and compaction (Kafka's cleaner)
+- ``arrow``: the native-speed Arrow paths (``arrow_codec`` over the scan, decode and
+  encode passes and their numba kernels; ``warmup`` compiles the kernels ahead of first
+  use)
 
 **The place**: where the bytes live under a root URL and how they are found again.
 
-- ``storage`` (package: ``base``, ``local``, ``s3``): put-if-absent object storage
-- ``dir_sync``: grouped directory fsyncs for local put-if-absent
+- ``storage`` (package: ``base``, ``local``, ``s3``, ``s3_arrow``, ``dir_sync``):
+  put-if-absent object storage
 - ``layout``: every object name under a root; ``TopicPartition``
 - ``topics``: topic metadata; ``stable``: the stable-offset snapshots (HW/LSO)
 - ``manifest``: a partition's merged objects (segments and runs) below its merged end
@@ -31,8 +26,9 @@ benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte.
   it lives in ``txnlog.coordinator``; dependencies point datasource -> coordinator ->
   log_format)
 
-**Neither**: ``retry`` (the project's one retry/backoff policy) and ``planted_bugs`` (the
-chaos harness's switches that plant a bug on purpose).
+**Neither**: ``errors`` (both layers' error types), ``retry`` (the project's one
+retry/backoff policy), ``planted_bugs`` (the chaos harness's switches that plant a bug on
+purpose) and ``lazy_exports`` (public names that load on first use).
 
 The names users meet are importable from here (``from txnlog.log_format import Consumer``).
 They load on first use, so ``import txnlog.log_format`` costs nothing: no pyarrow, no numba
@@ -57,18 +53,18 @@ _EXPORTS: dict[str, str] = {
     "CompressionError": "errors",
     "CorruptIndexError": "errors",
     "InvalidTopicNameError": "errors",
-    "Codec": "compression",
-    "Record": "records",
-    "encode_batch": "records",
-    "decode_batch": "records",
-    "read_schema": "arrow_codec",
-    "scan_batches": "arrow_codec",
-    "decode_to_arrow": "arrow_codec",
-    "encode_arrow": "arrow_codec",
-    "AbortedFilter": "arrow_codec",
-    "DumpOptions": "dump",
-    "dump_files": "dump",
-    "warm_up": "warmup",
+    "Codec": "codec.compression",
+    "Record": "codec.records",
+    "encode_batch": "codec.records",
+    "decode_batch": "codec.records",
+    "read_schema": "arrow.arrow_codec",
+    "scan_batches": "arrow.arrow_codec",
+    "decode_to_arrow": "arrow.arrow_codec",
+    "encode_arrow": "arrow.arrow_codec",
+    "AbortedFilter": "arrow.arrow_codec",
+    "DumpOptions": "codec.dump",
+    "dump_files": "codec.dump",
+    "warm_up": "arrow.warmup",
     "RetryPolicy": "retry",
     # the place
     "Storage": "storage",
@@ -134,16 +130,18 @@ __getattr__, __dir__ = lazy_exports(
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
-    from .arrow_codec import (
+    from .arrow.arrow_codec import (
         AbortedFilter,
         decode_to_arrow,
         encode_arrow,
         read_schema,
         scan_batches,
     )
-    from .compression import Codec
+    from .arrow.warmup import warm_up
+    from .codec.compression import Codec
+    from .codec.dump import DumpOptions, dump_files
+    from .codec.records import Record, decode_batch, encode_batch
     from .consumer import Consumer, ConsumerRecord
-    from .dump import DumpOptions, dump_files
     from .errors import (
         CompressionError,
         CorruptBatchError,
@@ -157,9 +155,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
     )
     from .layout import TopicPartition
     from .reader import PartitionReader
-    from .records import Record, decode_batch, encode_batch
     from .retry import RetryPolicy
     from .stable import StableSnapshot, read_latest_stable
     from .storage import ObjectInfo, Storage, StorageConfigError, StorageError
     from .topics import TopicMeta, UnknownTopicError, create_topic, list_topics, read_topic
-    from .warmup import warm_up

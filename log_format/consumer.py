@@ -279,7 +279,7 @@ class Consumer:
 
     def read_table(self) -> pa.Table:
         """All records from the positions to the current ends, as one table."""
-        from .arrow_codec import read_schema
+        from .arrow.arrow_codec import read_schema
 
         return pa.Table.from_batches([b for _, b in self.iter_batches()],
                                      schema=read_schema(self.include_headers))

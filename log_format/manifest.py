@@ -45,7 +45,7 @@ from .layout import (
 from .storage import Storage
 
 if TYPE_CHECKING:
-    from .segment_merge import MergedSegment
+    from .segments.segment_merge import MergedSegment
 
 FORMAT = 1
 READ_ATTEMPTS = 5

@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from .batch_header import CONTROL_FLAG
-from .errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError, TxnlogError
-from .indexes import (
+from .codec.batch_header import CONTROL_FLAG
+from .codec.indexes import (
     AbortedTxn,
     OffsetEntry,
     collect_aborted_txns,
@@ -42,6 +41,7 @@ from .indexes import (
     lookup_offset,
     lookup_timestamp,
 )
+from .errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError, TxnlogError
 from .layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -58,14 +58,14 @@ from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
 
 if TYPE_CHECKING:
-    from .arrow_codec import AbortedFilter
+    from .arrow.arrow_codec import AbortedFilter
 
 
 def _codec() -> ModuleType:
     """The compiled codec (numba, its kernels), loaded on the first decode: the driver-side
     planning that only lists objects and reads offsets (a stream's latestOffset and
     partitions) never pays for it."""
-    from . import arrow_codec
+    from .arrow import arrow_codec
 
     return arrow_codec
 

@@ -43,7 +43,7 @@ def _compiled_kernels() -> None:
     chaos run racing to do it at once starved a 10-second workload in CI (0 commits). The
     compiled code is cached on disk, so the subprocesses the tests start load it instantly.
     """
-    from txnlog.log_format.warmup import warm_up
+    from txnlog.log_format.arrow.warmup import warm_up
 
     warm_up()
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 

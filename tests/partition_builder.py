@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from txnlog.log_format.arrow_codec import encode_arrow
-from txnlog.log_format.control import ControlType, Marker, encode_markers
-from txnlog.log_format.indexes import AbortedTxn, encode_txn_index
+from txnlog.log_format.arrow.arrow_codec import encode_arrow
+from txnlog.log_format.codec.control import ControlType, Marker, encode_markers
+from txnlog.log_format.codec.indexes import AbortedTxn, encode_txn_index
+from txnlog.log_format.codec.records import Record, encode_batch
 from txnlog.log_format.layout import partition_dir, segment_path
-from txnlog.log_format.records import Record, encode_batch
 from txnlog.log_format.stable import make_snapshot, read_latest_stable, write_stable
 from txnlog.log_format.storage import Storage
 

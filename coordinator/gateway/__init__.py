@@ -9,8 +9,12 @@ gateways can serve one root. Protocol structures come from ``kio`` (generated fr
 message schemas); nothing here hand-writes a request or response layout.
 
 Modules: ``codec`` (kio: headers, bodies, plain dicts to kio entities), ``versions`` (what
-ApiVersions advertises), ``backend`` (storage, the coordinator client, caches, thread
-pools), ``consume`` (Metadata, ListOffsets, Fetch), ``produce`` (InitProducerId, Produce),
+ApiVersions advertises), ``errors`` (Kafka's error codes and the coordinator's errors
+mapped to them), ``backend`` (storage, the coordinator client, caches, thread pools),
+``consume`` (Metadata, ListOffsets, Fetch), ``produce`` (InitProducerId, Produce),
 ``groups`` (FindCoordinator, consumer groups, offsets), ``txn`` (transactional producers),
-``server`` (framing, connections, SASL/PLAIN, TLS, the CLI).
+``admin`` (Kafka's admin APIs over the coordinator's topic and config operations),
+``admin_groups`` (the group and transaction admin APIs), ``admin_configs`` (Kafka's topic
+config defaults, types and broker synonyms), ``server`` (framing, connections, SASL/PLAIN,
+TLS, the CLI).
 """

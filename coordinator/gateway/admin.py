@@ -27,8 +27,7 @@ from typing import Any
 from txnlog.log_format import layout, topics
 
 from ..errors import CoordinatorError, InvalidTopicError
-from ..topic_admin import check_values
-from ..topic_config import validate_topic_config
+from ..topic_config import check_values, validate_topic_config
 from . import admin_configs as C
 from . import errors as E
 from .backend import Backend

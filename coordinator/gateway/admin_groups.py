@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ..group_membership import unb64
+from ..wire import unb64
 from . import errors as E
 from .admin import MAX_ITEMS, NO_OPS, _answer, _call, _Calls, _Refused, _too_many
 from .backend import Backend

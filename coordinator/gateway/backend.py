@@ -27,7 +27,7 @@ from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import StableSnapshot, read_latest_stable
 from txnlog.log_format.storage import Storage
 
-from ..client import CoordinatorClient
+from ..client.coordinator_client import CoordinatorClient
 from ..errors import NotCoordinatorError
 from ..security import Credentials
 

@@ -22,7 +22,7 @@ from typing import Any
 from txnlog.log_format import layout
 from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
 
-from ..admin import _max_timestamp
+from ..client.admin_client import _max_timestamp
 from . import errors as E
 from .backend import Backend
 from .codec import ms as _ms

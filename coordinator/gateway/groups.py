@@ -13,7 +13,7 @@ from typing import Any
 
 from txnlog.log_format.layout import TopicPartition
 
-from ..group_membership import b64, unb64
+from ..wire import b64, unb64
 from . import errors as E
 from .backend import Backend
 from .codec import CLIENT, ms

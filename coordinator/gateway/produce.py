@@ -23,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from txnlog.log_format import layout
-from txnlog.log_format.arrow_codec import scan_batches
-from txnlog.log_format.batch_header import (
+from txnlog.log_format.arrow.arrow_codec import scan_batches
+from txnlog.log_format.codec.batch_header import (
     CONTROL_FLAG,
     TRANSACTIONAL_FLAG,
     parse_header,
@@ -43,8 +43,12 @@ from .codec import ms
 
 log = logging.getLogger("txnlog.gateway")
 
-if TYPE_CHECKING:
-    from .server import Connection
+
+class Connection(Protocol):
+    """What Produce needs of a client connection (``server.Connection``): the idempotent
+    producer it writes through, kept for the connection's life."""
+
+    producer: GatewayProducer | None
 
 RETRIABLE_CODES = {E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS,
                    E.COORDINATOR_NOT_AVAILABLE, E.KAFKA_STORAGE_ERROR, E.UNKNOWN_SERVER_ERROR}

@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
                            sasl_token=token)
 
     async def main() -> None:
-        from txnlog.log_format.warmup import warm_up
+        from txnlog.log_format.arrow.warmup import warm_up
 
         # compile the codec's kernels before the first client waits on them
         await asyncio.get_running_loop().run_in_executor(None, warm_up)

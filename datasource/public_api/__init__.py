@@ -28,14 +28,14 @@ from txnlog.log_format.lazy_exports import lazy_exports
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     # producing: the coordinator decides, storage holds the bytes
-    "TransactionalProducer": "txnlog.coordinator.producer",
-    "IdempotentProducer": "txnlog.coordinator.producer",
-    "RecordMetadata": "txnlog.coordinator.producer",
-    "CoordinatorClient": "txnlog.coordinator.client",
-    "coordinator_for_root": "txnlog.coordinator.embedded",
+    "TransactionalProducer": "txnlog.coordinator.client.producer",
+    "IdempotentProducer": "txnlog.coordinator.client.producer",
+    "RecordMetadata": "txnlog.coordinator.client.producer",
+    "CoordinatorClient": "txnlog.coordinator.client.coordinator_client",
+    "coordinator_for_root": "txnlog.coordinator.client.embedded",
     # administration: Kafka's AdminClient names (the txnlog CLI's admin commands use it)
-    "AdminClient": "txnlog.coordinator.admin",
-    "UnsupportedOperationError": "txnlog.coordinator.admin",
+    "AdminClient": "txnlog.coordinator.client.admin_client",
+    "UnsupportedOperationError": "txnlog.coordinator.client.admin_client",
     # consuming: storage only
     "Consumer": "txnlog.log_format.consumer",
     "ConsumerRecord": "txnlog.log_format.consumer",
@@ -47,10 +47,10 @@ _EXPORTS: dict[str, str] = {
     "list_topics": "txnlog.log_format.topics",
     "Storage": "txnlog.log_format.storage",
     # streaming helpers
-    "clear_abandoned_first_batch": "txnlog.datasource.stream_checkpoint",
+    "clear_abandoned_first_batch": "txnlog.datasource.read.stream_checkpoint",
     # Spark's Kafka lag metrics (min/max/avgOffsetsBehindLatest) from a query's progress
-    "TxnlogLagListener": "txnlog.datasource.lag_metrics",
-    "source_lag": "txnlog.datasource.lag_metrics",
+    "TxnlogLagListener": "txnlog.datasource.read.lag_metrics",
+    "source_lag": "txnlog.datasource.read.lag_metrics",
     # errors: one base class; Kafka's error names for what the coordinator refuses
     "TxnlogError": "txnlog.log_format.errors",
     "LogFormatError": "txnlog.log_format.errors",
@@ -59,7 +59,7 @@ _EXPORTS: dict[str, str] = {
     "StorageError": "txnlog.log_format.storage",
     "UnknownTopicError": "txnlog.log_format.topics",
     "CoordinatorError": "txnlog.coordinator.errors",
-    "CoordinatorUnavailableError": "txnlog.coordinator.client",
+    "CoordinatorUnavailableError": "txnlog.coordinator.client.coordinator_client",
     "ProducerFencedError": "txnlog.coordinator.errors",
     "InvalidTxnStateError": "txnlog.coordinator.errors",
     "ConcurrentTransactionsError": "txnlog.coordinator.errors",
@@ -102,22 +102,25 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
-    from txnlog.coordinator.admin import AdminClient, UnsupportedOperationError
-    from txnlog.coordinator.client import CoordinatorClient, CoordinatorUnavailableError
-    from txnlog.coordinator.embedded import coordinator_for_root
+    from txnlog.coordinator.client.admin_client import AdminClient, UnsupportedOperationError
+    from txnlog.coordinator.client.coordinator_client import (
+        CoordinatorClient,
+        CoordinatorUnavailableError,
+    )
+    from txnlog.coordinator.client.embedded import coordinator_for_root
+    from txnlog.coordinator.client.producer import (
+        IdempotentProducer,
+        RecordMetadata,
+        TransactionalProducer,
+    )
     from txnlog.coordinator.errors import (
         ConcurrentTransactionsError,
         CoordinatorError,
         InvalidTxnStateError,
         ProducerFencedError,
     )
-    from txnlog.coordinator.producer import (
-        IdempotentProducer,
-        RecordMetadata,
-        TransactionalProducer,
-    )
-    from txnlog.datasource.lag_metrics import TxnlogLagListener, source_lag
-    from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
+    from txnlog.datasource.read.lag_metrics import TxnlogLagListener, source_lag
+    from txnlog.datasource.read.stream_checkpoint import clear_abandoned_first_batch
     from txnlog.log_format.consumer import Consumer, ConsumerRecord
     from txnlog.log_format.errors import (
         CorruptBatchError,

@@ -7,7 +7,9 @@ One module per concern, as fsspec lays out its implementations:
   backend from a root URL;
 - ``local``: ``LocalStorage``, a folder (temp file + fsync + ``link``; O_DIRECT writes,
   mmap reads);
-- ``s3``: ``S3Storage`` through s3fs (option mapping, error classification).
+- ``s3``: ``S3Storage`` through s3fs (option mapping, error classification);
+- ``s3_arrow``: pyarrow's native S3 reads for the read path (same options as ``s3``);
+- ``dir_sync``: grouped directory fsyncs for local put-if-absent.
 
 Import from here (``from txnlog.log_format.storage import Storage``); the modules are the
 layout of the code, not separate APIs. Importing this package does not import s3fs.

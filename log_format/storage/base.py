@@ -25,6 +25,7 @@ Paths are relative to the root and `/`-separated. `Storage.for_url` caches one i
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -216,9 +217,22 @@ def _retry_policy(options: dict[str, Any]) -> RetryPolicy:
             f">= 1, delays >= 0): {exc}") from exc
 
 
+# The backends by kind, named as fsspec's registry names its implementations: a backend is
+# imported when a root first needs it (a process that only uses local files never loads
+# s3fs), and this module, which every backend imports, imports none of them.
+BACKENDS: dict[str, str] = {
+    "file": "txnlog.log_format.storage.local:LocalStorage",
+    "s3": "txnlog.log_format.storage.s3:S3Storage",
+}
+
+
+def _backend(kind: str) -> Any:
+    module, _, name = BACKENDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _build(root: str, options: dict[str, Any]) -> Storage:
-    """The backend for ``root``; imported here, not at the top, because the backends import
-    this module (and a process that only uses local files never loads the S3 one)."""
+    """The backend for ``root``, with the options it takes."""
     options = dict(options)
     retry = _retry_policy(options)
     parsed = urlparse(root)
@@ -231,13 +245,9 @@ def _build(root: str, options: dict[str, Any]) -> Storage:
         if options:
             raise StorageConfigError(
                 f"local root {root!r} takes no storage options, got {sorted(options)}")
-        from .local import LocalStorage
-
-        return LocalStorage(os.path.abspath(path), retry)
+        return _backend("file")(os.path.abspath(path), retry)
     if scheme in ("s3", "s3a"):
-        from .s3 import S3Storage
-
-        return S3Storage(parsed.netloc, parsed.path.strip("/"), options, retry)
+        return _backend("s3")(parsed.netloc, parsed.path.strip("/"), options, retry)
     raise StorageConfigError(
         f"unsupported storage root {root!r}: use file:///path, a local path, or "
         "s3://bucket/prefix (put-if-absent is only guaranteed on these)")

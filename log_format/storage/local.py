@@ -20,7 +20,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .. import dir_sync, planted_bugs
+from .. import planted_bugs
+from . import dir_sync
 from .base import ObjectInfo, RetryPolicy, Storage, _check_path
 
 # Temp files carry this mark in their name, so a listing never shows a half-written object.

@@ -15,7 +15,7 @@ import random
 import threading
 from typing import Any
 
-from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.storage import Storage
 

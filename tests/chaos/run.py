@@ -37,7 +37,7 @@ if str(TESTS_DIR) not in sys.path:
 
 from coordinator_proc import CoordinatorProc  # noqa: E402
 from s3_server import S3Server  # noqa: E402
-from txnlog.coordinator.client import CoordinatorClient  # noqa: E402
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient  # noqa: E402
 from txnlog.coordinator.errors import InvalidProducerIdMappingError  # noqa: E402
 from txnlog.log_format.storage import Storage  # noqa: E402
 
@@ -1091,7 +1091,7 @@ def restart_s3(server: S3Server, down_s: float = 0.5) -> None:
 def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path, seed: int,
             unsafe: str = "", log: Callable[[str], None] = print,
             retention: bool = False) -> list[Outcome]:
-    from txnlog.log_format.warmup import warm_up
+    from txnlog.log_format.arrow.warmup import warm_up
 
     warm_up()  # compile the codec once here, not in every worker inside the fault clock
     results: list[Outcome] = []

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 from coordinator_proc import CoordinatorProc
 from txnlog.coordinator import errors as cerr
-from txnlog.coordinator.client import CoordinatorClient
-from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format import layout
-from txnlog.log_format.arrow_codec import encode_arrow
+from txnlog.log_format.arrow.arrow_codec import encode_arrow
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.manifest import read_latest_manifest
 from txnlog.log_format.storage import Storage

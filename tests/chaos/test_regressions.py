@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coordinator_proc import CoordinatorProc
-from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format.consumer import Consumer
 
 from .checker import check
@@ -53,7 +53,7 @@ def test_aborted_txn_stays_hidden_while_hw_is_below_its_marker(tmp_path: Path) -
     """
     import pyarrow as pa
     from txnlog.log_format import layout
-    from txnlog.log_format.arrow_codec import encode_arrow
+    from txnlog.log_format.arrow.arrow_codec import encode_arrow
     from txnlog.log_format.storage import Storage
 
     root = (tmp_path / "root").as_uri()

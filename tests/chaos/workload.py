@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from txnlog.coordinator import errors as cerr
-from txnlog.coordinator.client import CoordinatorClient
-from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format import layout
-from txnlog.log_format.batch_header import parse_header
+from txnlog.log_format.codec.batch_header import parse_header
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.manifest import MIN_GRACE_MS, read_latest_manifest
 from txnlog.log_format.reader import PartitionReader

@@ -44,7 +44,7 @@ def main(master: str, driver_host: str, root: str, ckpt: str, work_dir: str) -> 
     sys.path.insert(0, os.path.dirname(__file__))
     from pyspark.sql import SparkSession
     from stream_helpers import produce_keyed
-    from txnlog.coordinator.embedded import coordinator_for_root
+    from txnlog.coordinator.client.embedded import coordinator_for_root
 
     builder = (SparkSession.builder.master(master).appName("txnlog-multi-host")
                .config("spark.ui.enabled", "false")
@@ -77,7 +77,7 @@ def main(master: str, driver_host: str, root: str, ckpt: str, work_dir: str) -> 
         (len(values), len(set(values)))
     print(f"OK batch_read {len(values)}", flush=True)
 
-    from txnlog.coordinator.client import CoordinatorClient
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 
     CoordinatorClient(endpoint).create_topic("in", 3, exist_ok=True)
     expected = produce_keyed(root, endpoint, "in", keys=12, per_key=150, txns=6)

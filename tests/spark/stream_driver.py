@@ -70,7 +70,7 @@ def main() -> int:
     # What a user's program does before starting a query on an existing checkpoint: a
     # driver killed while Spark wrote offsets/0 leaves a file Spark >= 4.1 refuses to
     # restart with (docs/streaming.md, "Restarting after a crash").
-    from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
+    from txnlog.datasource.read.stream_checkpoint import clear_abandoned_first_batch
 
     for path in clear_abandoned_first_batch(args.checkpoint):
         print("REMOVED", path, flush=True)

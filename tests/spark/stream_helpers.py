@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.storage import Storage
 from txnlog.log_format.topics import read_topic

@@ -112,9 +112,9 @@ def kp_commit_marker(base_offset: int, *, producer_id: int, ts: int) -> bytes:
 
 def test_python_producer_and_kafka_python_batches_read_identically(spark,
                                                                   file_root: str) -> None:
-    from txnlog.coordinator.client import CoordinatorClient
-    from txnlog.coordinator.embedded import coordinator_for_root
-    from txnlog.coordinator.producer import TransactionalProducer
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+    from txnlog.coordinator.client.embedded import coordinator_for_root
+    from txnlog.coordinator.client.producer import TransactionalProducer
     from txnlog.log_format import layout
     from txnlog.log_format.stable import make_snapshot, read_latest_stable, write_stable
     from txnlog.log_format.storage import Storage

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from txnlog.coordinator.client import CoordinatorClient
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.log_format.manifest import read_latest_manifest
 from txnlog.log_format.storage import Storage
 

@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from coordinator_proc import CoordinatorProc
 from stream_helpers import wait_for
-from txnlog.coordinator.client import CoordinatorClient
-from txnlog.coordinator.producer import TransactionalProducer
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.storage import Storage
 

@@ -24,10 +24,10 @@ from stream_helpers import (
     read_values,
     wait_for,
 )
-from txnlog.coordinator.client import CoordinatorClient
-from txnlog.datasource.stream_checkpoint import clear_abandoned_first_batch
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.datasource.read.stream_checkpoint import clear_abandoned_first_batch
+from txnlog.datasource.read.stream_reader import rate_limit
 from txnlog.datasource.stream_offsets import decode
-from txnlog.datasource.stream_reader import rate_limit
 
 
 def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord, tmp_path

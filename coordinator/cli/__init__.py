@@ -1,0 +1,13 @@
+"""The ``txnlog`` command line, in one place.
+
+- ``main``: the ``txnlog`` entry point and its subcommands (``dump``, ``coordinator``,
+  ``gateway``, ``merge-worker`` and the admin tools), each imported only when used
+- ``admin_tools``: Kafka's admin tools (``topics``, ``groups``, ``transactions``,
+  ``configs``, ``get-offsets``, ``delete-records``)
+
+``python -m txnlog.coordinator.cli`` runs the same entry point (``__main__``).
+"""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,453 @@
+"""Merging small objects into Kafka segments, and deleting what was merged (issue 12).
+
+Kafka's brokers append to a segment file and roll it at ``segment.bytes``/``segment.ms``;
+object storage has no append, so every commit leaves small objects. The coordinator is the
+one writer of a root and is fenced by its log, so it is the natural owner of what a broker's
+``LocalLog``/``LogCleaner`` threads do: this role, running in the background of the
+coordinator's loop, turns the small objects below the published LSO into runs and closed
+Kafka segments (``merge_policy``), and deletes what was merged once the grace period for
+readers in flight (``file.delete.delay.ms``) has passed.
+
+One merge of a partition, in order (``merge_state`` holds the records):
+
+1. list the partition's small objects from its merged end M (S3 StartAfter: bounded by what
+   is not merged yet, not by history); choose (``merge_policy.choose_merge``);
+2. read the inputs and build the output (``log_format.segment_merge``: batches byte for
+   byte, with ``.index``/``.timeindex``/``.txnindex``);
+3. log ``merge`` with every input's size and CRC32C and the output's size: from here a
+   restarted coordinator finishes the same merge with the same bytes (it reads the inputs
+   again and refuses them if a CRC differs);
+4. write the output put-if-absent, then the next manifest (which names it);
+5. log ``merged``: M moves, the replaced objects become garbage with a due time.
+
+Deleting is idempotent and runs after the due time; ``cleaned`` records what is gone. A
+name freed that way can be taken by a zombie's late put-if-absent: readers never look below
+M, and every cleanup deletes all small objects below what it cleans, whatever wrote them.
+
+Merging never holds the commit path: every storage request of a merge goes through a
+``MergeStore`` (on remote storage in a worker process, coordinator/merge_worker.py; on a
+local root on this process's threads), the merger appends three records per merge (merge,
+merged, cleaned), and one partition is merged at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from txnlog.log_format import layout, planted_bugs
+from txnlog.log_format.errors import LogFormatError
+from txnlog.log_format.manifest import DEFAULT_GRACE_MS, MIN_GRACE_MS, MergedObject
+from txnlog.log_format.storage import StorageError
+
+from ..server import faults
+from ..state.coordinator_state import CoordinatorState
+from ..state.merge_state import SMALL, MergeInput, MergePlan, PartitionMerges
+from ..state.partition_state import partition_key
+from ..state.runtime import Commits, Observer, StorageIO
+from ..state.txn_log_records import LogRecord
+from ..transaction.stable_changes import touched
+from .merge_policy import (
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_MS,
+    Choice,
+    MergeSettings,
+    SmallObject,
+    choose_merge,
+    io_parallelism,
+)
+from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
+
+log = logging.getLogger("txnlog.coordinator.maintenance.log_merger")
+
+MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
+
+
+class MergeRefused(Exception):
+    """A merge that must not go on: an input changed since it was planned, or an output
+    name holds other bytes. The partition is left alone (logged, counted)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _config_int(config: dict[str, Any], name: str, default: int, minimum: int) -> int:
+    raw = config.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw))
+    except ValueError:
+        log.warning("topic config %s=%r is not an integer; using %d", name, raw, default)
+        return default
+    return max(minimum, value)
+
+
+class LogMerger:
+    """The background merge-and-delete loop of one coordinator."""
+
+    def __init__(self, state: CoordinatorState, commits: Commits, io: StorageIO,
+                 published_lso: Any, published: Any, observer: Observer,
+                 settings: MergeSettings | None = None, enabled: bool = True) -> None:
+        self.state = state
+        self.commits = commits
+        # every request of a merge goes through the store below, not the coordinator's IO
+        # pool: only the root is taken from it
+        self.storage = io.storage
+        self.published_lso = published_lso  # (topic, partition) -> the published LSO
+        self.published = published  # () -> True once this coordinator published a head
+        self.observer = observer
+        self.settings = settings or MergeSettings()
+        self.enabled = enabled
+        # partition key -> [records that touched it since it was looked at, first ms]
+        self.dirty: dict[str, list[int]] = {}
+        self.sweep: list[str] = []  # every partition, once, at start (old roots convert)
+        self.refused: set[str] = set()
+        self.merges_done = 0
+        self._task: asyncio.Task[None] | None = None
+        # a merge's requests go out up to merge_policy.io_parallelism at a time
+        self._pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="coord-merge")
+        # on remote storage, a merge's requests go out from a worker process (see
+        # merge_worker: the S3 client's CPU would hold the GIL against the commit path);
+        # on a local root, from this store on this process's threads
+        self._store = MergeStore(self.storage, self._pool)
+        spec = getattr(self.storage, "spec", None)
+        isolate = self.settings.isolate
+        if isolate is None:
+            isolate = not self.storage.url.startswith("file:")
+        self.worker = MergeWorker(*spec, timeout_s=self.settings.worker_timeout_s) \
+            if isolate and spec is not None else None
+        self._wake: asyncio.Event | None = None
+        # other roles run in this loop, between finishing planned merges and new ones, so
+        # they never interleave with a merge of the partition: retention (issue 14) and the
+        # log cleaner (it shares the manifest sequence too). They return the merges they
+        # count against the tick's budget; ``blocked`` holds a partition's merges back
+        # while a role has work planned there.
+        self.hooks: list[Callable[[], Awaitable[Any]]] = []
+        self.blocked: list[Callable[[str], bool]] = []
+        state.observers.append(self.observe)
+
+    # ------------------------------------------------------------------ what to look at
+    def observe(self, state: CoordinatorState, rec: LogRecord) -> None:
+        """Count the records touching each partition (a commit leaves objects there)."""
+        if rec.kind == "topic":
+            return  # a new topic's partitions hold no objects yet
+        keys = touched(state, rec)
+        if not keys:
+            return
+        ms = now_ms()
+        for key in keys:
+            entry = self.dirty.get(key)
+            if entry is None:
+                self.dirty[key] = [1, ms]
+            else:
+                entry[0] += 1
+
+    def _candidates(self, now: int) -> list[str]:
+        s = self.settings
+        due = [k for k, (n, first) in self.dirty.items()
+               if n >= s.min_objects or now - first >= s.idle_ms]
+        for key, pm in self.state.merges.items():
+            if pm.open_since_ms and pm.planned is None:
+                topic, _ = self._split(key)
+                cfg = self._config(topic)
+                seg_ms = _config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1)
+                if now - pm.open_since_ms >= seg_ms:
+                    due.append(key)
+        while self.sweep and len(due) < MERGES_PER_TICK:
+            due.append(self.sweep.pop())
+        return [k for k in dict.fromkeys(due) if k not in self.refused]
+
+    def _split(self, key: str) -> tuple[str, int]:
+        parsed = layout.parse_partition_dir(key)
+        if parsed is None:
+            raise ValueError(f"not a partition key: {key!r}")
+        return parsed
+
+    def _config(self, topic: str) -> dict[str, Any]:
+        meta = self.state.topics.get(topic)
+        return dict(meta.get("config") or {}) if meta else {}
+
+    # ------------------------------------------------------------------------ the loop
+    def start(self) -> None:
+        if not self.enabled and not self.hooks:
+            return
+        if not self.state.merge_swept:  # a root written before merging: look at all once
+            self.sweep = [partition_key(t, p) for t, meta in self.state.topics.items()
+                          for p in range(int(meta["partitions"]))]
+        self._mark_backlog()
+        if self.enabled and self.worker is not None:
+            self.worker.start()  # its start now, not among commits at the first merge
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="merger")
+
+    def _mark_backlog(self) -> None:
+        """Partitions with offsets above their merged end are looked at: what is dirty is
+        this process's memory, so a coordinator that starts (a restart, a takeover) knows
+        nothing of what its predecessor left unmerged, and without this a partition that
+        no commit touches again kept its backlog for good (found by the chaos harness:
+        600+ small objects left after a coordinator-kill run, every fresh reader listing
+        them). The count is the offsets above M, at least the objects there (records
+        replayed at start may have counted a few already)."""
+        now = now_ms()
+        for key, part in self.state.partitions.items():
+            pm = self.state.merges.get(key)
+            backlog = part.leo - (pm.merged_end if pm is not None else 0)
+            if backlog > 0:
+                entry = self.dirty.setdefault(key, [backlog, now])
+                entry[0] = max(entry[0], backlog)
+
+    def kick(self) -> None:
+        """Look at partitions now (tests and benches; the loop also ticks by itself)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except StorageError as exc:  # storage is down or slow: merging waits, commits go on
+                self.observer.storage_error()
+                log.warning("merging paused by a storage error: %s", exc)
+            # Anything else ends the task, and the server stops the process (a supervisor
+            # restarts it, the next coordinator finishes the planned merge): never a
+            # coordinator that serves on with merging silently dead.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.interval_s)
+            self._wake.clear()
+
+    async def tick(self) -> int:
+        """Finish planned merges, merge what is due, delete what is due; merges done."""
+        done = 0
+        if not self.published():
+            return done  # no LSO of this coordinator's yet: nothing is known to be below it
+        for key, pm in list(self.state.merges.items()):
+            # A planned merge is finished even with --no-merge: it is in the log (a
+            # predecessor's), and retention and compaction of the partition wait for it.
+            if pm.planned is not None and key not in self.refused:
+                await self._guarded(key, self._finish(pm.planned))
+                done += 1
+        for hook in self.hooks:
+            done += int(await hook() or 0)
+        if not self.enabled:  # --no-merge: retention's deletions still happen
+            await self.clean_due()
+            return done
+        for key in self._candidates(now_ms()):
+            if done >= MERGES_PER_TICK:
+                break  # the rest stay due: looked at next tick
+            if any(held(key) for held in self.blocked):
+                continue
+            self.dirty.pop(key, None)
+            more = True
+            while more and done < MERGES_PER_TICK:
+                more = await self._guarded(key, self.merge_once(key))
+                done += more
+            if more:  # the tick's budget ran out, not the partition's merges
+                self.dirty.setdefault(key, [self.settings.min_objects, now_ms()])
+        await self.clean_due()
+        if not self.state.merge_swept and not self.sweep:
+            await self.commits.commit([LogRecord("swept", {"id": ""})])
+        return done
+
+    async def _guarded(self, key: str, coro: Any) -> bool:
+        try:
+            return bool(await coro)
+        except MergeRefused as exc:
+            self.refused.add(key)
+            self.observer.storage_error()
+            log.error("merging %s stopped: %s", key, exc)
+            return False
+
+    # ----------------------------------------------------------------------- one merge
+    async def merge_once(self, key: str) -> bool:
+        """Plan, log, write and publish one merge of partition ``key``; False: none due."""
+        topic, p = self._split(key)
+        if topic not in self.state.topics:
+            return False
+        pm = self.state.merges.get(key) or PartitionMerges()
+        if pm.planned is not None:
+            await self._finish(pm.planned)
+            return True
+        lso = self.published_lso(topic, p)
+        if planted_bugs.enabled("merge_above_lso"):  # planted bug: past the LSO
+            lso = 1 << 62
+        merged_end = pm.merged_end
+        small = await self._list_small(topic, p, merged_end if pm.seq else None, lso)
+        if pm.seq and small and small[0].base_offset != merged_end:
+            raise MergeRefused(f"the first object above the merged end {merged_end} is at "
+                               f"{small[0].base_offset}")
+        cfg = self._config(topic)
+        now = now_ms()
+        choice = choose_merge(
+            pm.open_runs(), small,
+            segment_bytes=_config_int(cfg, "segment.bytes", DEFAULT_SEGMENT_BYTES, 1),
+            segment_ms=_config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1),
+            open_since_ms=pm.open_since_ms, now_ms=now, settings=self.settings)
+        if choice is None:
+            return False
+        parallel = io_parallelism(len(small), self.settings.min_objects)
+        inputs, built = await self._build(topic, p, choice, parallel)
+        grace = _config_int(cfg, "file.delete.delay.ms", DEFAULT_GRACE_MS, MIN_GRACE_MS)
+        remaining_runs = [r for r in pm.open_runs() if r not in choice.runs]
+        if choice.level == 0:
+            open_since = pm.open_since_ms if remaining_runs else 0
+        else:
+            open_since = pm.open_since_ms if pm.open_runs() else now
+        output = MergedObject(choice.level, built.base_offset, built.end_offset,
+                              built.size, built.has_txnindex, built.max_timestamp)
+        plan = MergePlan(topic, p, pm.seq + 1, tuple(inputs), output, open_since, grace, now)
+        await self.commits.commit([LogRecord("merge", plan.to_record())])
+        faults.point("after_merge_plan")
+        await self._publish(plan)
+        return True
+
+    async def _list_small(self, topic: str, p: int, merged_end: int | None,
+                          lso: int) -> list[SmallObject]:
+        """The small objects from M whose successor exists at or below the published LSO."""
+        after = f"{merged_end:0{layout.OFFSET_DIGITS}d}" if merged_end else None
+        listing = await self._call("list", layout.partition_dir(topic, p), after)
+        logs: list[tuple[int, int]] = []
+        txn: set[int] = set()
+        for name, size in listing:
+            parsed = layout.parse_segment_name(name)
+            if parsed is None or (merged_end is not None and parsed.base_offset < merged_end):
+                continue
+            if parsed.suffix == layout.LOG_SUFFIX:
+                logs.append((parsed.base_offset, size))
+            elif parsed.suffix == layout.TXNINDEX_SUFFIX:
+                txn.add(parsed.base_offset)
+        logs.sort()
+        out = []
+        for (base, size), (nxt, _) in itertools.pairwise(logs):
+            if nxt > lso:
+                break
+            out.append(SmallObject(base, nxt, size, base in txn))
+        return out
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        """``MergeStore.<method>(*args)``: in the worker process on remote storage, else on
+        this process's threads."""
+        if self.worker is not None:
+            return await self.worker.call(method, *args)
+        return await asyncio.to_thread(getattr(self._store, method), *args)
+
+    async def _read_and_merge(self, topic: str, p: int, rows: list[Row], parallel: int
+                              ) -> tuple[list[tuple[int, int]], Built]:
+        """Each input's (size, CRC32C) and what the merged segment is (the store holds
+        its bytes until ``_publish`` writes them); ``parallel`` requests at a time."""
+        try:
+            return await self._call("build", topic, p, rows, parallel)
+        except LogFormatError as exc:
+            raise MergeRefused(f"inputs cannot be merged: {exc}") from exc
+
+    async def _build(self, topic: str, p: int, choice: Choice, parallel: int
+                     ) -> tuple[list[MergeInput], Built]:
+        rows: list[Row] = [(r.level, r.base_offset, r.end_offset, r.has_txnindex)
+                           for r in choice.runs]
+        rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex) for s in choice.small]
+        metas, built = await self._read_and_merge(topic, p, rows, parallel)
+        inputs = [MergeInput(level, base, end, size, crc, has_txn)
+                  for (level, base, end, has_txn), (size, crc) in zip(rows, metas, strict=True)]
+        return inputs, built
+
+    async def _finish(self, plan: MergePlan) -> bool:
+        """A merge logged but not published (a restart): the same inputs, checked against
+        their CRCs, give the same bytes."""
+        rows: list[Row] = [(i.level, i.base_offset, i.end_offset, i.has_txnindex)
+                           for i in plan.inputs]
+        try:
+            metas, built = await self._read_and_merge(
+                plan.topic, plan.partition, rows,
+                io_parallelism(len(rows), self.settings.min_objects))
+        except FileNotFoundError as exc:
+            raise MergeRefused(f"an input of planned merge #{plan.seq} is gone: {exc}") from exc
+        for inp, (size, crc) in zip(plan.inputs, metas, strict=True):
+            if size != inp.size or crc != inp.crc:
+                raise MergeRefused(f"input at {inp.base_offset} (level {inp.level}) of planned "
+                                   f"merge #{plan.seq} holds other bytes than were planned")
+        if built.size != plan.output.size:
+            raise MergeRefused(f"planned merge #{plan.seq} rebuilt to {built.size} bytes, "
+                               f"not {plan.output.size}")
+        await self._publish(plan)
+        return True
+
+    async def _publish(self, plan: MergePlan) -> None:
+        """Write the output and its indexes (built and held by the store), then the
+        manifest naming it; log ``merged``."""
+        topic, p, out = plan.topic, plan.partition, plan.output
+        refused, written = await self._call("write_built", topic, p, out)
+        if refused:
+            raise MergeRefused(f"{self.storage.url}/{refused[0]} holds other bytes than the "
+                               "merge computes")
+        faults.point("after_merge_output")
+        pm = self.state.merges[partition_key(topic, p)]
+        if pm.planned is not plan:
+            return  # the topic was deleted meanwhile (DeleteTopics drops the plan)
+        manifest = pm.manifest_after(plan)
+        if not await self._call("put_if_absent", manifest.path, manifest.to_json()):
+            raise MergeRefused(f"{self.storage.url}/{manifest.path} holds other bytes than "
+                               "the merge computes")
+        faults.point("after_merge_manifest")
+        if self.state.merges[partition_key(topic, p)].planned is not plan:
+            return  # deleted while the manifest was written: the delete's sweep removes it
+        await self.commits.commit([LogRecord("merged", {
+            "id": partition_key(topic, p), "seq": plan.seq, "ms": now_ms()})])
+        self.merges_done += 1
+        self.observer.merge_written(out.level, written)
+        self.observer.object_written("manifest")
+
+    async def _put_all(self, files: list[tuple[str, bytes]]) -> None:
+        """Put-if-absent ``files`` in parallel on this process's threads (the log
+        cleaner's outputs, built here)."""
+        loop = asyncio.get_running_loop()
+        oks = await asyncio.gather(*(loop.run_in_executor(
+            self._pool, self.storage.put_if_absent, path, data) for path, data in files))
+        for (path, _), ok in zip(files, oks, strict=True):
+            if not ok:
+                raise MergeRefused(f"{self.storage.url}/{path} holds other bytes than the "
+                                   "merge computes")
+
+    # ------------------------------------------------------------------------- deleting
+    async def clean_due(self, now: int | None = None) -> int:
+        """Delete every garbage row past its due time; objects deleted."""
+        now = now_ms() if now is None else now
+        if planted_bugs.enabled("delete_before_grace"):  # planted bug: no grace at all
+            now = 1 << 62
+        deleted = 0
+        for key, pm in list(self.state.merges.items()):
+            due = 0
+            while due < len(pm.garbage) and pm.garbage[due].due_ms <= now:
+                due += 1
+            if not due:
+                continue
+            topic, p = self._split(key)
+            rows = pm.garbage[:due]
+            paths = [path for row in rows for o in row.merged for path in o.paths(topic, p)]
+            paths += [layout.manifest_path(topic, p, seq) for row in rows
+                      for seq in range(row.manifest_lo, row.manifest_hi)]
+            await self._call("delete_many", paths)
+            small = await self._call("delete_small_below", topic, p, rows[-1].small_below)
+            await self.commits.commit([LogRecord("cleaned", {"id": key, "n": due})])
+            deleted += len(paths) + small
+            self.observer.object_written("deleted", len(paths) + small)
+        return deleted
+
+    # ------------------------------------------------------------------------ lifecycle
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self._pool.shutdown(wait=False)
+        if self.worker is not None:
+            self.worker.close()

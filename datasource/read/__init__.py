@@ -1,0 +1,11 @@
+"""Reading a txnlog root from Spark: batch and streaming.
+
+- ``batch_reader``: ``spark.read.format("txnlog")``: plan on the driver, decode in tasks
+- ``stream_reader``: ``spark.readStream.format("txnlog")``: micro-batches with admission
+  control
+- ``planning``: which partitions, which offset ranges, how many tasks
+- ``projection``: the schema Spark asks for, column for column
+- ``pushdown``: filters on topic, partition, offset and timestamp
+- ``lag_metrics``: Spark's Kafka lag metrics from the query's progress
+- ``stream_checkpoint``: restarting a query whose driver died writing its first offsets
+"""

@@ -1,0 +1,8 @@
+"""Writing to a txnlog root from Spark: one Kafka transaction per write or micro-batch.
+
+- ``batch_writer``: ``df.write.format("txnlog")``
+- ``stream_writer``: ``writeStream.format("txnlog")``
+- ``task_writer``: the task side of every write (one member producer per task attempt)
+- ``routing``: rows to topic-partitions, as Kafka's producer does
+- ``commit_messages``: what a task hands the driver, cheap to unpickle
+"""

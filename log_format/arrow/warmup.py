@@ -1,0 +1,84 @@
+"""Compile the native codec kernels ahead of first use.
+
+numba compiles each kernel on its first call and caches the machine code next to the module
+(``__pycache__``, or ``NUMBA_CACHE_DIR``). On a fresh install that first call costs seconds
+(~4 s to encode, ~2 s to decode on one quiet core) and every process that races to it pays
+again. A program that must not spend that time inside a deadline — a benchmark, a test
+harness, a process that starts a transaction and then encodes — calls ``warm_up()`` first;
+afterwards every process loads the cached code instead of compiling it.
+
+Where the cache lands: numba keeps it in the ``__pycache__`` beside the module file *as the
+process imported it*. With the strict editable install that is the link tree under
+``build/__editable__.*`` (the same path in the driver, in Spark's Python workers and in the
+coordinator), so one ``warm_up()`` serves them all; a wheel install caches in site-packages.
+An entry is keyed by the source file's timestamp and by the argument types of the call, so
+every caller must pass the types warmed here (``kernel_cache_stats`` shows hits and misses;
+``tests/test_kernel_cache.py`` proves a fresh process compiles nothing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..codec.partitioner import partitions_for_keys
+from .arrow_decode import decode_to_arrow
+from .arrow_encode import StreamEncoder, encode_arrow
+from .arrow_scan import AbortedFilter, scan_batches
+
+KERNEL_MODULES = ("txnlog.log_format.arrow._decode_kernels",
+                  "txnlog.log_format.arrow._encode_kernels",
+                  "txnlog.log_format.codec.partitioner")
+
+_HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+
+
+def warm_up() -> None:
+    """Run every compiled kernel once on a two-record batch (idempotent, cheap when cached)."""
+    cols = pa.record_batch({
+        "key": pa.array([b"k", None], pa.binary()),
+        "value": pa.array([b"v", b""], pa.binary()),
+        "headers": pa.array([[{"key": "h", "value": b"x"}], []], pa.list_(_HEADER)),
+    })
+    partitions_for_keys(cols.column("key"), 3)
+    # Every column mix a caller may pass (with and without keys and headers). They share one
+    # encode signature because missing columns are passed as read-only arrays like present
+    # ones; running them all keeps any future split of that signature warmed too.
+    layouts = (cols, cols.drop_columns(["headers"]), cols.select(["value"]))
+    for columns in layouts:
+        for transactional in (False, True):
+            enc = encode_arrow(columns, producer_id=7 if transactional else -1,
+                               producer_epoch=0 if transactional else -1,
+                               base_sequence=0 if transactional else -1,
+                               transactional=transactional)
+            data = bytes(enc.data)
+            # A task's routed rows: row numbers into the batch (the same signature: the row
+            # numbers are passed read-only, like the absent selection above).
+            stream = StreamEncoder(transactional=transactional)
+            stream.append(columns, rows=np.array([1, 0]))
+            stream.finish()
+            scan_batches(data)
+            for headers in (False, True):
+                for aborted in (None, AbortedFilter([])):
+                    decode_to_arrow(data, topic="warm-up", partition=0,
+                                    include_headers=headers, aborted=aborted)
+
+
+def kernel_cache_stats() -> dict[str, dict[str, int | str]]:
+    """Per compiled kernel of this process: numba's cache hits and misses (a miss compiled
+    the kernel for a signature) and where its cache lives."""
+    import importlib
+
+    from numba.core.dispatcher import Dispatcher
+
+    out: dict[str, dict[str, int | str]] = {}
+    for dotted in KERNEL_MODULES:
+        module = importlib.import_module(dotted)
+        name = dotted.rpartition(".")[2]
+        for attr, value in vars(module).items():
+            if isinstance(value, Dispatcher) and value.__module__ == module.__name__:
+                stats = value.stats
+                out[f"{name}.{attr}"] = {"hits": sum(stats.cache_hits.values()),
+                                         "misses": sum(stats.cache_misses.values()),
+                                         "cache_path": str(stats.cache_path)}
+    return out

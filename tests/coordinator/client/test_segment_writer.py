@@ -1,0 +1,104 @@
+"""coordinator/segment_writer.py, the write path both producers share, without a coordinator:
+a recording client stands in for it, so each step (sequences, stamping, the lost race,
+confirm) and the partition rules are checked on their own."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from txnlog.coordinator.client.segment_writer import PartitionCounts, Partitioner, SegmentWriter
+from txnlog.coordinator.errors import ProducerFencedError, UnknownTopicOrPartitionError
+from txnlog.log_format import layout, topics
+from txnlog.log_format.arrow.arrow_codec import encode_arrow, scan_batches
+from txnlog.log_format.codec.partitioner import partition_for_key
+from txnlog.log_format.storage import Storage
+
+_io = ThreadPoolExecutor(max_workers=2)
+
+
+class RecordingClient:
+    """Hands out offsets from a counter per partition and records every call."""
+
+    def __init__(self) -> None:
+        self.next: dict[tuple[str, int], int] = {}
+        self.calls: list[tuple[str, Any]] = []
+
+    def reserve(self, pid: int, epoch: int, parts: dict) -> dict:
+        self.calls.append(("reserve", (pid, epoch, dict(parts))))
+        out = {}
+        for tp, (_seq, count) in parts.items():
+            out[tp] = self.next.get(tp, 0)
+            self.next[tp] = out[tp] + count
+        return out
+
+    def confirm(self, pid: int, epoch: int, written: list, wait_stable: bool = False) -> None:
+        self.calls.append(("confirm", (pid, epoch, list(written), wait_stable)))
+
+
+def encoded(n: int, seq: int, pid: int = 7, epoch: int = 0) -> Any:
+    batch = pa.RecordBatch.from_pydict({"value": pa.array([b"v%d" % i for i in range(n)])})
+    return encode_arrow(batch, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                        transactional=True)
+
+
+def test_reserve_stamp_put_confirm(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    client = RecordingClient()
+    w = SegmentWriter(client, storage, 7, 0, _io)  # type: ignore[arg-type]
+    first = {("t", 0): encoded(3, w.next_sequence(("t", 0))),
+             ("t", 1): encoded(2, w.next_sequence(("t", 1)))}
+    written = w.write(w.reserve(first))
+    assert written == [("t", 0, 0), ("t", 1, 0)]
+    assert w.sequences == {("t", 0): 3, ("t", 1): 2}
+    w.confirm(written, wait_stable=True)
+    second = {("t", 0): encoded(4, w.next_sequence(("t", 0)))}
+    assert w.write(w.reserve(second)) == [("t", 0, 3)]
+    assert client.calls[0] == ("reserve", (7, 0, {("t", 0): (0, 3), ("t", 1): (0, 2)}))
+    assert client.calls[1] == ("confirm", (7, 0, [("t", 0, 0), ("t", 1, 0)], True))
+    assert client.calls[2] == ("reserve", (7, 0, {("t", 0): (3, 4)}))
+    # the stored segment carries its reserved base offset (stamped in place, CRC still valid)
+    index = scan_batches(storage.get(layout.segment_path("t", 0, 3)))
+    assert [int(b) for b in index["base_offset"]] == [3]
+    assert [int(s) for s in index["base_sequence"]] == [3]
+    w.start_epoch(8, 1)  # a new epoch starts its sequences at 0
+    assert (w.producer_id, w.epoch, w.next_sequence(("t", 0))) == (8, 1, 0)
+
+
+def test_a_lost_put_is_producer_fenced_and_nothing_is_confirmed(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    client = RecordingClient()
+    w = SegmentWriter(client, storage, 7, 0, _io, name="member producer")  # type: ignore[arg-type]
+    storage.put_if_absent(layout.segment_path("t", 1, 0), b"")  # the coordinator's fence
+    reservation = w.reserve({("t", 0): encoded(1, 0), ("t", 1): encoded(1, 0)})
+    with pytest.raises(ProducerFencedError, match=r"member producer 7 .*in t-1 were fenced"):
+        w.write(reservation)
+    assert [c for c, _ in client.calls] == ["reserve"]
+    # the sequences moved on: a retry of the same data is a new reservation
+    assert w.sequences == {("t", 0): 1, ("t", 1): 1}
+
+
+def test_partition_counts_read_once_or_create(file_root: str) -> None:
+    storage = Storage.for_url(file_root)
+    topics.create_topic(storage, "orders", 3)
+    counts = PartitionCounts(storage)
+    assert counts("orders") == 3
+    with pytest.raises(UnknownTopicOrPartitionError, match="nope"):
+        counts("nope")
+    created: list[str] = []
+    auto = PartitionCounts(storage, create=lambda t: created.append(t) or 5)
+    assert (auto("new"), auto("new"), created) == (5, 5, ["new"])
+
+
+def test_partitioner_explicit_keyed_sticky() -> None:
+    p = Partitioner(lambda topic: 4)
+    assert p.choose("t", b"k", 2) == 2
+    with pytest.raises(UnknownTopicOrPartitionError, match="no partition 4"):
+        p.choose("t", None, 4)
+    assert p.choose("t", b"some key", None) == partition_for_key(b"some key", 4)
+    sticky = p.choose("t", None, None)
+    assert {p.choose("t", None, None) for _ in range(20)} == {sticky} == {p.sticky("t")}
+    p.new_batch()
+    assert {p.sticky("t") for _ in range(20)} <= set(range(4))

@@ -1,0 +1,122 @@
+"""The codec's numba kernels load from numba's on-disk cache in a fresh process.
+
+A Spark Python worker is a fresh process: if a kernel's cache entry missed (another source
+timestamp, a signature the cache never saw), the worker's first task would compile it for
+seconds. The session fixture (conftest) ran ``warm_up()``; here new interpreters run the
+calls Spark's tasks make — the task writer's routing and encoding into its aligned buffers,
+a decode of a segment memory-mapped from storage, as ``PartitionReader`` reads, the planning code
+— and count numba's cache misses (each one is a compilation), and check that the loads
+skipped numba's whole-target refresh (``kernel_loading``). Also: the driver-side
+processes of a stream (the source's planner, the sink's commit) import no numba at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# What a Spark write task and a read task do, in miniature (no Spark, no coordinator: the
+# kernels see the same argument types).
+WORKLOAD = textwrap.dedent("""
+    import json, sys
+    import numpy as np, pyarrow as pa
+    from txnlog.datasource.write.task_writer import _take_buffer
+    from txnlog.log_format.arrow.arrow_encode import StreamEncoder, prepare_columns
+    from txnlog.log_format.codec.partitioner import partitions_for_keys
+    from txnlog.log_format.arrow.arrow_codec import AbortedFilter, decode_to_arrow
+    from txnlog.log_format.storage import Storage
+    from txnlog.log_format.arrow.warmup import kernel_cache_stats
+
+    n = 40000
+    batch = pa.record_batch({
+        "key": pa.array([b"%016d" % i for i in range(n)], pa.binary()),
+        "value": pa.array([b"v" * 100] * n, pa.binary()),
+        "timestamp": pa.array(np.arange(n) * 1000, pa.timestamp("us", tz="Etc/UTC")),
+    })
+    parts = partitions_for_keys(batch.column("key"), 4)
+    rows = np.flatnonzero(np.asarray(parts) == parts[0])
+    enc = StreamEncoder(producer_id=7, producer_epoch=0, base_sequence=0,
+                        transactional=True, buffer=_take_buffer(4 << 20))
+    enc.append(prepare_columns(batch, 1), rows)
+    data = bytes(enc.finish().stamp_base_offset(0))
+    root = sys.argv[1]
+    storage = Storage.for_url(root)
+    path = "topics/t/0/" + "0" * 20 + ".log"
+    storage.put_if_absent(path, data)
+    view = storage.get_view(path, 0, len(data))  # a read-only memory map, as tasks read
+    assert isinstance(view, memoryview), type(view)
+    got = decode_to_arrow(view, topic="t", partition=0, start_offset=0, end_offset=n,
+                          aborted=AbortedFilter([])).batch.num_rows
+    print(json.dumps({"rows": got, "expected": len(rows), "kernels": kernel_cache_stats(),
+                      "full_refresh": "numba.np.linalg" in sys.modules}))
+""")
+
+
+def _run(code: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_a_fresh_process_compiles_no_kernel(tmp_path: Path) -> None:
+    for i in range(2):  # the second fresh process too: what the first saved must hit
+        out = json.loads(_run(WORKLOAD, (tmp_path / f"root{i}").as_uri()))
+        assert out["rows"] == out["expected"] > 0
+        called = {k: v for k, v in out["kernels"].items() if v["hits"] or v["misses"]}
+        assert {"_decode_kernels.scan", "_decode_kernels.decode_records",
+                "_encode_kernels.encode", "partitioner._partitions"} <= set(called), called
+        missed = {k: v["misses"] for k, v in called.items() if v["misses"]}
+        assert not missed, f"process {i}: compiled (cache missed) {missed}"
+        # Loaded without numba's whole-target refresh (kernel_loading): its lowering
+        # registries (numba.np.linalg, which imports SciPy, ...) were never imported.
+        assert not out["full_refresh"]
+
+
+def test_warm_up_loads_every_kernel_from_the_cache() -> None:
+    out = json.loads(_run("from txnlog.log_format.arrow.warmup import warm_up, kernel_cache_stats\n"
+                          "import json\nwarm_up()\nprint(json.dumps(kernel_cache_stats()))"))
+    assert all(v["misses"] == 0 for v in out.values()), out
+    assert sum(v["hits"] for v in out.values()) >= 4
+    assert all("__pycache__" in v["cache_path"] for v in out.values())
+
+
+def test_stream_driver_processes_import_no_numba() -> None:
+    """The stream source's planner (latestOffset, partitions) and the sink's streamWriter()
+    and commit() run in driver-side Python processes that never decode or encode: importing
+    them must not load numba (~0.5 s of CPU, more on a loaded machine, per process)."""
+    code = ("import sys\n"
+            "import pyspark_txnlog, txnlog.datasource.read.stream_reader, "
+            "txnlog.datasource.write.stream_writer, txnlog.datasource.write.batch_writer, "
+            "txnlog.datasource.read.planning, txnlog.log_format.reader\n"
+            "print(sorted(m for m in ('numba', 'pyarrow.compute', 'fsspec') "
+            "if m in sys.modules))")
+    assert _run(code) == "[]"
+
+
+@pytest.mark.slow
+def test_warm_up_covers_every_signature_a_task_calls(tmp_path: Path) -> None:
+    """From an empty cache: ``warm_up()`` in one process, then the tasks' calls in a fresh one
+    must not compile anything. (The default tests above run against the shared cache, where
+    an earlier test may already have compiled what warm_up missed: here nothing has.) Found
+    this way: multi-batch decodes passed strided index columns, a signature warm_up's
+    one-batch decode never compiled, so every fresh cache cost the first read task a
+    compilation of decode_records (seconds)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    warm = subprocess.run([sys.executable, "-c", "from txnlog.log_format.arrow.warmup import "
+                           "warm_up; warm_up()"], env=env, capture_output=True, text=True,
+                          timeout=1800)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-c", WORKLOAD, (tmp_path / "root").as_uri()],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    missed = {k: v["misses"] for k, v in out["kernels"].items() if v["misses"]}
+    assert not missed, f"warm_up did not compile what tasks call: {missed}"
+    assert all(str(tmp_path) in v["cache_path"] for v in out["kernels"].values())
