@@ -1,6 +1,6 @@
 """Breadth: what a one-partition commit costs with 11 vs 20,001 partitions in the root.
 
-Issue 12: every commit rewrote the stable snapshot of every partition of the root (569 KB at
+Why: every commit once rewrote the stable snapshot of every partition of the root (569 KB at
 20,001 partitions: 80 ms per commit instead of 9). With heads over bases (log_format/
 stable.py) a commit writes a delta of the partitions changed since the base. This bench
 measures, for a root holding topic ``hot`` (1 partition) and ``other`` (10 or 20,000):
@@ -147,7 +147,7 @@ def measure(root: str, partitions: int, commits: int, warmup: int, log_snapshots
 
 def _wait_for_merge_worker(proc: Any, root: str, extra: list[str]) -> None:
     """Measure the steady state: a coordinator that spawns its merge worker as it starts
-    (since session 10) spends about a second of CPU on it then; wait for it to be ready
+    spends about a second of CPU on it then; wait for it to be ready
     rather than measure commits beside it. A start that never shows fails the point."""
     from txnlog.coordinator.maintenance import merge_worker
 

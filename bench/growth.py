@@ -1,4 +1,4 @@
-"""Growth: what reading and committing cost as a partition's history grows (issue 12).
+"""Growth: what reading and committing cost as a partition's history grows.
 
 A streaming sink commits one small transaction every few seconds, forever: before segments,
 every commit left ~2 objects per partition and every read listed all of them (a fresh

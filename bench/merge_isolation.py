@@ -3,7 +3,7 @@
 
     python bench/merge_isolation.py [--commits 600] [--rounds 2] [--no-s3] [--file]
 
-Issue 12 asks that merging "never slows commits measurably". On S3 each merge is some 70
+Merging must never slow commits measurably. On S3 each merge is some 70
 requests, and the S3 client spends milliseconds of Python CPU on each: on the coordinator's
 threads that CPU holds the GIL against the event loop answering commits; sent all at once,
 they are a burst the S3 server serves ahead of the commits' requests.

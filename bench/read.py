@@ -14,7 +14,7 @@ and prints records/s, MB/s (of segment bytes) and the storage overhead ratio
 
 Each root is read twice, interleaved: as the small objects commits leave ("file", "s3") and
 merged into Kafka segments of ``--merged-segment-mb`` with their indexes and a manifest, as
-the coordinator's merger leaves them ("file merged", "s3 merged"; issue 12: reads from
+the coordinator's merger leaves them ("file merged", "s3 merged": reads from
 merged segments must be at least as fast). The last column is merged / small.
 
 ``--spark`` also reads each root with ``spark.read.format("txnlog")`` in a local[2] session

@@ -1,4 +1,4 @@
-"""What a retention pass costs as history and partitions grow (issue 14).
+"""What a retention pass costs as history and partitions grow.
 
 Every ``--retention-check-interval-ms`` the coordinator's retention role
 (``coordinator/log_retention.py``) looks at every partition with merged objects, on the

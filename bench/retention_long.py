@@ -1,4 +1,4 @@
-"""The long run of issue 14: a topic with ``retention.ms`` of a minute, written continuously;
+"""The long run of retention: a topic with ``retention.ms`` of a minute, written continuously;
 the objects and bytes under the root must level off, and reads from ``earliest`` keep
 working all along.
 

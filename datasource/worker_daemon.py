@@ -6,7 +6,7 @@ or write that is the datasource modules, pyarrow, numba and the codec's compiled
 about a second of CPU per worker. A streaming query's first micro-batch starts several such
 workers at once (a read worker and a write worker per concurrent task), so the first query
 of every application, and of every restart, pays that several times over on the cores the
-tasks need (issue 17).
+tasks need.
 
 With ``spark.python.daemon.module=txnlog.datasource.worker_daemon`` the daemon imports those
 modules and loads the kernels from numba's cache once; each forked worker inherits them

@@ -1,4 +1,4 @@
-"""Where a partition's merged objects are: its manifest (DESIGN.md 8, issue 12).
+"""Where a partition's merged objects are: its manifest.
 
 Below the merged end ``M`` a partition is read from merged objects only — closed Kafka
 segments (``<t>-<p>/segments/``) and the runs of its open segment (``<t>-<p>/runs/<n>/``);
@@ -71,7 +71,7 @@ class MergedObject:
     size: int
     has_txnindex: bool = False
     max_timestamp: int = -1
-    # > 0: a compacted segment (issue 16), written by the cleaning that led to manifest
+    # > 0: a compacted segment, written by the cleaning that led to manifest
     # ``gen`` under ``<t>-<p>/cleaned/<gen>/``: it holds fewer records than what it
     # replaced, under a new name (put-if-absent never rewrites a name)
     gen: int = 0
@@ -131,7 +131,7 @@ class PartitionManifest:
     open_since_ms: int = 0
     written_ms: int = 0
     grace_ms: int = DEFAULT_GRACE_MS  # how long objects it replaced stay for readers
-    # Kafka's log start offset (issue 14): the first offset readers may read. Retention and
+    # Kafka's log start offset: the first offset readers may read. Retention and
     # DeleteRecords move it; it may lie inside the first object, or past the merged end
     # (records deleted that are not merged yet). -1: the manifest's start_offset.
     log_start_offset: int = -1

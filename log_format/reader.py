@@ -239,7 +239,7 @@ class PartitionReader:
     def _list(self, hw: int) -> None:
         """The newest manifest's merged objects below its merged end M, then the small
         objects at or above M: a LIST of at most one key, a GET, and a LIST that starts at
-        M (S3 StartAfter) — bounded whatever the history (issue 12). Small objects below M
+        M (S3 StartAfter) — bounded whatever the history. Small objects below M
         are never used: their names may have been freed and taken by a zombie."""
         listed_at = time.monotonic()
         man = read_latest_manifest(self.storage, self.topic, self.partition)

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
     from .coordinator_client import CoordinatorClient
 
-LIFECYCLE_ISSUE = "issue 14 (retention, deletion and compaction)"
 # Kafka's ListOffsets specs (kafka-get-offsets --time): -1 latest, -2 earliest, -3 max-ts.
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 OFFSET_SPECS = {"latest": LATEST, "earliest": EARLIEST, "max-timestamp": MAX_TIMESTAMP}

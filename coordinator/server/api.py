@@ -237,7 +237,7 @@ OPERATIONS: dict[str, Handler] = {
     "committed_offsets": _committed, "end_txn": _end_txn, "begin_batch": _begin_batch,
     "create_topic": _create_topic, "describe_topic": _describe_topic,
     "list_topics": _list_topics, "describe_txn": _describe_txn, "stable": _stable,
-    **ADMIN_TOPIC_OPERATIONS,  # delete records, alter configs (issue 14)
+    **ADMIN_TOPIC_OPERATIONS,  # delete records, alter configs
     **ADMIN_OPERATIONS,  # list/delete groups, list/describe/abort transactions, producers
     **GROUP_OPERATIONS,  # consumer-group membership for gateways (group_membership.py)
     **KAFKA_TXN_OPERATIONS,  # Kafka clients' transactions through gateways (kafka_txn.py)

@@ -199,7 +199,7 @@ OPERATION_SHAPES: dict[str, Obj] = {
                                   "metadata": Field(Str(min_chars=0), required=False,
                                                     default="")})))}),
     "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
-    # the topic lifecycle (topic_admin.py, issue 14)
+    # the topic lifecycle (maintenance/topic_admin.py)
     "delete_records": Obj({
         "partitions": Field(_part(offset=Int(-1, INT64[1]))),
         "timeout_ms": Field(Int(0, INT32[1]), required=False, default=60_000)}),

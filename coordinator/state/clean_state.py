@@ -1,4 +1,4 @@
-"""What the coordinator's log says about compaction, one partition at a time (issue 16).
+"""What the coordinator's log says about compaction, one partition at a time.
 
 Compacting a partition (``log_cleaner``) is planned in the coordinator's log like a merge,
 so a restarted coordinator finishes it with the same bytes:

@@ -441,7 +441,7 @@ class CoordinatorState:
             # Only partitions something was ever reserved in: the rest are a topic's
             # partitions in their initial state, which ``from_snapshot`` makes again from
             # ``topics``. A snapshot is serialized on the event loop, so its cost is what a
-            # commit pays for the root's breadth (issue 12): 20,001 partitions of which one
+            # commit pays for the root's breadth: 20,001 partitions of which one
             # is written, 15 ms -> 2 ms per snapshot. Most written partitions have nothing
             # unresolved or open: no sort for them.
             "partitions": {k: [v.leo,

@@ -127,7 +127,7 @@ class PartitionMerges:
     grace_ms: int = 0
     planned: MergePlan | None = None
     garbage: list[Garbage] = field(default_factory=list)
-    # the log start offset the newest manifest carries (issue 14, log_retention.py)
+    # the log start offset the newest manifest carries (retention_state, log_retention)
     log_start: int = 0
 
     @property

@@ -47,7 +47,7 @@ OWN_KINDS: dict[str, int] = {
     "cleaned": 1012,      # objects it replaced are deleted (after the grace period)
     "swept": 1013,        # every partition was looked at for merging once (old roots)
     "group_delete": 1014,  # an operator deleted a consumer group's committed offsets
-    "log_start": 1015,    # DeleteRecords: a partition's log start offset must move (issue 14)
+    "log_start": 1015,    # DeleteRecords: a partition's log start offset must move
     "retain": 1016,       # a log start change planned: the next manifest (log_retention.py)
     "retained": 1017,     # its manifest is durable: dropped segments are garbage
     "topic_config": 1018,  # a topic's configs were altered (IncrementalAlterConfigs)

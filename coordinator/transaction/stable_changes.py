@@ -1,7 +1,7 @@
 """Which partitions' HW/LSO a log record can change: what the stable publisher recomputes.
 
-A commit must publish in proportion to the partitions it touches, not to the root
-(issue 12), so the publisher recomputes only the partitions that records changed since its
+A commit must publish in proportion to the partitions it touches, not to the root,
+so the publisher recomputes only the partitions that records changed since its
 last head (``partition_state.visible_offsets(only=...)``) and writes those in a delta.
 Every change of the state is one record applied by ``CoordinatorState.apply``, and a
 partition's HW and LSO follow from its ``PartitionState`` alone (plus the held-back and

@@ -6,7 +6,7 @@ head object per snapshot (``log_format/stable.py``), which readers list to find 
 Requests coalesce: everyone who asks while a head is being written is answered by the next
 one, so one object serves any number of commits that completed meanwhile.
 
-What a commit costs does not grow with the root (issue 12). A head is a cumulative delta
+What a commit costs does not grow with the root. A head is a cumulative delta
 over a base holding every partition: the publisher recomputes only the partitions records
 changed since its last head (``stable_changes.ChangeJournal``), and the head carries every
 partition changed since its base. When that grows past ``rebase_at`` partitions, a new base

@@ -4,7 +4,7 @@ Spark unpickles the tasks' commit messages in a driver-side planner process (a f
 every restarted application) before it calls the sink's ``commit``. Unpickling a class
 imports its module: when ``TxnlogCommitMessage`` lived in ``task_writer`` - which encodes,
 so it imports pyarrow, numba and the codec's kernel modules - every fresh commit planner
-paid ~0.47 s of CPU for code it never runs (issue 17: the first query's extra). These
+paid ~0.47 s of CPU for code it never runs (part of a first query's extra). These
 classes import nothing of that.
 """
 

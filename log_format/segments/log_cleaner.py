@@ -1,4 +1,4 @@
-"""Compacting a partition's closed segments: Kafka's log cleaner, the bytes (issue 16).
+"""Compacting a partition's closed segments: Kafka's log cleaner, the bytes.
 
 A topic with ``cleanup.policy=compact`` keeps the last record per key. Kafka's cleaner
 (``LogCleaner``/``Cleaner``) does it in two passes, and so does this module:

@@ -1,4 +1,4 @@
-"""Merging a run of objects into one Kafka segment: the bytes (DESIGN.md 8, issue 12).
+"""Merging a run of objects into one Kafka segment: the bytes.
 
 Object storage has no append, so every commit leaves small objects; below the LSO they are
 merged into bigger ones and, finally, into Kafka segments. What a merge produces is fixed by

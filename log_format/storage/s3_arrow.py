@@ -3,8 +3,8 @@ objects and nothing else (the coordinator's merge worker).
 
 Why: s3fs (aiobotocore) spends some 3.5 ms of Python CPU on each GET of a small object;
 Arrow's S3 filesystem about 0.7 ms, in C++ (SeaweedFS, 32 parallel GETs of 300-byte
-objects, measured in session 10). A merge reads some 50 objects, and on a 2-core machine
-the merge worker's CPU competes with the coordinator answering commits.
+objects, measured with bench/merge_isolation.py). A merge reads some 50 objects, and on a
+2-core machine the merge worker's CPU competes with the coordinator answering commits.
 
 Only reads go this way: every write stays with ``S3Storage``, whose put-if-absent Arrow's
 filesystem API does not offer. The reader talks to the same server with the same
