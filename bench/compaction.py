@@ -14,6 +14,18 @@ key space the compacted topic's objects and bytes level off while the plain topi
 with history, and each compaction reads what is live (about the key space), not history.
 
     python bench/compaction.py [--rounds 8] [--txns 40] [--keys 200] [--records 20]
+
+``--idle-lag N``: how long a record stays uncompacted once its partition goes idle. N runs
+(``--at-once`` at a time, each its own topic and phase against the merger's ticks) of a
+compacted topic with ``max.compaction.lag.ms`` (``--max-lag-ms``, 2000) getting 150
+transactions of random keyed writes, tombstones and aborts over ~4 s and one last small write
+a second later, then nothing; each run's lag is the time from the last write's
+acknowledgement until a read_committed read holds one record per key (the latest). Printed:
+p50 and max over the runs, and each as a ratio of ``max.compaction.lag.ms``. ``segment.ms``
+is Kafka's default unless ``--segment-ms`` is given, so the lag is what bounds it (KIP-354
+rolls the open segment within it).
+
+    python bench/compaction.py --idle-lag 20 [--at-once 5] [--max-lag-ms 2000]
 """
 
 from __future__ import annotations
@@ -21,13 +33,16 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
 
 FAST = ["--merge-min-objects", "8", "--merge-fanout", "4", "--merge-interval-s", "0.2"]
 COMPACT_LINE = re.compile(r"compacting (\S+) #\d+: \[\d+, \d+\) (\d+) -> (\d+) bytes")
@@ -44,6 +59,67 @@ def usage(root: Path, topic: str) -> tuple[int, int]:
     return objects, size
 
 
+def idle_lag(runs: int, at_once: int, max_lag_ms: int, segment_ms: int | None,
+             interval_s: float) -> None:
+    """The ``--idle-lag`` mode: the lag of each run, then p50/max against the rule."""
+    from coordinator_proc import CoordinatorProc
+    from test_idle_partition import compacted, scenario
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+    from txnlog.log_format.storage import Storage
+
+    root = Path(tempfile.mkdtemp(prefix="bench-compaction-lag-"))
+    url = f"file://{root}"
+    storage = Storage.for_url(url)
+    config = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
+              "min.compaction.lag.ms": "0", "max.compaction.lag.ms": str(max_lag_ms)}
+    if segment_ms is not None:
+        config["segment.ms"] = str(segment_ms)
+    bound_s = 3 * max_lag_ms / 1000 + 30  # a run not compacted by then is reported as such
+    lags: dict[int, float] = {}
+    lock = threading.Lock()
+    print(f"idle lag: {runs} runs, {at_once} at once, max.compaction.lag.ms {max_lag_ms}, "
+          f"segment.ms {segment_ms if segment_ms is not None else 'default'}, merger "
+          f"interval {interval_s} s; load {os.getloadavg()[0]:.1f}", flush=True)
+    proc = CoordinatorProc(url, log_path=root.parent / f"{root.name}-coordinator.log",
+                           extra=["--merge-interval-s", str(interval_s)])
+    try:
+        endpoint = proc.wait_healthy(120)
+        client = CoordinatorClient(endpoint)
+        for wave in range(0, runs, at_once):
+
+            def one(i: int) -> None:
+                w = scenario(url, endpoint, f"t{i}", seed=i)
+                while time.monotonic() - w.last_at < bound_s:
+                    if compacted(storage, f"t{i}", w):
+                        with lock:
+                            lags[i] = time.monotonic() - w.last_at
+                        return
+                    time.sleep(0.05)
+
+            todo = range(wave, min(runs, wave + at_once))
+            for i in todo:
+                client.create_topic(f"t{i}", 1, config)
+            threads = [threading.Thread(target=one, args=(i,)) for i in todo]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            print("  " + "  ".join(f"t{i} {lags[i]:.2f} s" if i in lags else f"t{i} never"
+                                   for i in todo), flush=True)
+    finally:
+        proc.stop()
+    got = sorted(lags.values())
+    lag_s = max_lag_ms / 1000
+    if got:
+        p50, worst = statistics.median(got), max(got)
+        print(f"uncompacted after the last append: p50 {p50:.2f} s ({p50 / lag_s:.2f}x "
+              f"max.compaction.lag.ms), max {worst:.2f} s ({worst / lag_s:.2f}x) over "
+              f"{len(got)} runs; {runs - len(got)} never compacted within {bound_s:.0f} s; "
+              f"load {os.getloadavg()[0]:.1f}")
+    else:
+        print(f"no run compacted within {bound_s:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -51,11 +127,23 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=200, help="the fixed key space")
     ap.add_argument("--records", type=int, default=20, help="records per transaction")
     ap.add_argument("--segment-bytes", type=int, default=40_000)
+    ap.add_argument("--idle-lag", type=int, default=0, metavar="N",
+                    help="measure how long records stay uncompacted once idle, over N runs")
+    ap.add_argument("--at-once", type=int, default=5, help="--idle-lag runs at a time")
+    ap.add_argument("--max-lag-ms", type=int, default=2000, help="max.compaction.lag.ms")
+    ap.add_argument("--segment-ms", type=int, default=None,
+                    help="segment.ms of the --idle-lag topics (default: Kafka's)")
+    ap.add_argument("--interval-s", type=float, default=0.2,
+                    help="--merge-interval-s of the --idle-lag coordinator")
     args = ap.parse_args()
+    if args.idle_lag:
+        idle_lag(args.idle_lag, args.at_once, args.max_lag_ms, args.segment_ms,
+                 args.interval_s)
+        return
 
     from coordinator_proc import CoordinatorProc
-    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
-    from txnlog.coordinator.client.producer import TransactionalProducer
+    from txnlog.coordinator.client.coordinator_client.coordinator_client import CoordinatorClient
+    from txnlog.coordinator.client.coordinator_client.producer import TransactionalProducer
 
     root = Path(tempfile.mkdtemp(prefix="bench-compaction-"))
     url = f"file://{root}"

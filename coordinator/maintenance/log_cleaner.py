@@ -11,7 +11,9 @@ compaction in its log, so a restart finishes it with the same bytes:
    start up to the first uncleanable offset — the published LSO, the first segment holding
    a record newer than ``min.compaction.lag.ms`` — are cleaned when the dirty part (above
    the cleaner checkpoint) is at least ``min.cleanable.dirty.ratio`` of them, or when the
-   oldest dirty segment is older than ``max.compaction.lag.ms``;
+   first batch of the oldest dirty segment is older than ``max.compaction.lag.ms``
+   (KIP-354; the merger rolls the open segment within the lag, so no record waits longer
+   than the lag plus the jobs' intervals);
 2. read them (CRC32C each) and the ``.txnindex`` objects beyond them until the aborted
    transactions with data in them are all known (Kafka's collectAbortedTransactions);
    clean (``log_format.log_cleaner.clean_log``);
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,12 +109,41 @@ def compaction_config(config: dict[str, Any] | None) -> CompactionConfig:
         grace_ms=int(_number(cfg, "file.delete.delay.ms", DEFAULT_GRACE_MS, MIN_GRACE_MS)))
 
 
+# where a v2 batch header holds its magic byte and maxTimestamp (Kafka's DefaultRecordBatch)
+MAGIC_AT = 16
+MAX_TIMESTAMP_AT = 35
+FIRST_HEADER_BYTES = 61
+
+
+def first_batch_timestamp(header: bytes) -> int:
+    """The maxTimestamp of the first batch of a segment from its first bytes (-1: none):
+    Kafka's ``LogSegment.getFirstBatchTimestamp``, what ``max.compaction.lag.ms`` is
+    counted from."""
+    if len(header) < FIRST_HEADER_BYTES or header[MAGIC_AT] != 2:
+        return -1
+    return int(struct.unpack_from(">q", header, MAX_TIMESTAMP_AT)[0])
+
+
+def first_dirty_segment(objects: list[MergedObject], first_dirty: int,
+                        lso: int) -> MergedObject | None:
+    """The oldest closed segment above the cleaner checkpoint and below the LSO."""
+    for o in objects:
+        if o.level != 0 or o.end_offset > lso:
+            return None
+        if o.base_offset >= first_dirty:
+            return o
+    return None
+
+
 def choose_cleaning(objects: list[MergedObject], first_dirty: int, lso: int, now: int,
-                    cfg: CompactionConfig) -> list[MergedObject] | None:
+                    cfg: CompactionConfig, first_batch_ms: int = -1
+                    ) -> list[MergedObject] | None:
     """The closed segments to clean (from the log start up to the first uncleanable
     offset), or None: nothing due (LogCleanerManager's cleanable ratio and lags).
 
     ``objects``: the manifest's, in offset order; closed segments are its level-0 prefix.
+    ``first_batch_ms``: the first batch timestamp of the oldest dirty segment (-1: not
+    read; its largest timestamp stands in, which can only find it overdue later).
     """
     closed: list[MergedObject] = []
     for o in objects:
@@ -127,8 +159,8 @@ def choose_cleaning(objects: list[MergedObject], first_dirty: int, lso: int, now
     dirty_bytes = sum(o.size for o in dirty)
     total = sum(o.size for o in closed)
     ratio = dirty_bytes / total if total else 1.0
-    overdue = dirty[0].max_timestamp >= 0 and \
-        now - dirty[0].max_timestamp > cfg.max_compaction_lag_ms
+    oldest = first_batch_ms if first_batch_ms > 0 else dirty[0].max_timestamp
+    overdue = oldest >= 0 and now - oldest > cfg.max_compaction_lag_ms
     if ratio >= cfg.min_cleanable_dirty_ratio or overdue:
         return closed
     return None
@@ -150,6 +182,8 @@ class LogCleaner:
         self.enabled = enabled
         self.refused: set[str] = set()
         self.compactions_done = 0
+        # partition key -> (its oldest dirty segment, that segment's first batch timestamp)
+        self._first_batch: dict[str, tuple[MergedObject, int]] = {}
         if enabled:
             merger.hooks.append(self.tick)
             merger.blocked.append(self.busy)
@@ -196,8 +230,12 @@ class LogCleaner:
         cfg = self._config(topic)
         now = now_ms()
         first_dirty = max(pc.first_dirty, pm.start_offset)
-        chosen = choose_cleaning(pm.objects, first_dirty, self.published_lso(topic, p), now,
-                                 cfg)
+        lso = self.published_lso(topic, p)
+        chosen = choose_cleaning(pm.objects, first_dirty, lso, now, cfg)
+        if chosen is None and cfg.max_compaction_lag_ms < DEFAULT_MAX_COMPACTION_LAG_MS:
+            first = await self._first_batch_ms(key, topic, p,
+                                               first_dirty_segment(pm.objects, first_dirty, lso))
+            chosen = choose_cleaning(pm.objects, first_dirty, lso, now, cfg, first)
         if chosen is None:
             return False
         read = await self._read_all(topic, p, chosen)
@@ -225,6 +263,25 @@ class LogCleaner:
         faults.point("after_compact_plan")
         await self._publish(plan, cleaned)
         return True
+
+    async def _first_batch_ms(self, key: str, topic: str, p: int,
+                              segment: MergedObject | None) -> int:
+        """The first batch timestamp of ``segment`` (-1: none), read once per segment (its
+        first bytes): the ratio rule did not make the partition cleanable, and KIP-354
+        counts ``max.compaction.lag.ms`` from a dirty segment's first batch, not its last."""
+        if segment is None:
+            return -1
+        known = self._first_batch.get(key)
+        if known is not None and known[0] == segment:
+            return known[1]
+        try:
+            header = await self.io.run(self.storage.get, segment.path(topic, p), 0,
+                                       FIRST_HEADER_BYTES)
+        except FileNotFoundError:
+            return -1  # replaced meanwhile: the next tick looks at what replaced it
+        ms = first_batch_timestamp(header)
+        self._first_batch[key] = (segment, ms)
+        return ms
 
     def _active_producers(self, key: str, upper: int) -> dict[int, ProducerLast]:
         """Kafka's lastRecordsOfActiveProducers: the producers the coordinator still keeps

@@ -52,6 +52,7 @@ from ..state.merge_state import SMALL, MergeInput, MergePlan, PartitionMerges
 from ..state.partition_state import partition_key
 from ..state.runtime import Commits, Observer, StorageIO
 from ..state.txn_log_records import LogRecord
+from ..topic_config import compacts
 from ..transaction.stable_changes import touched
 from .merge_policy import (
     DEFAULT_SEGMENT_BYTES,
@@ -61,12 +62,15 @@ from .merge_policy import (
     SmallObject,
     choose_merge,
     io_parallelism,
+    open_since,
+    roll_ms,
 )
 from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
 
 log = logging.getLogger("txnlog.coordinator.maintenance.log_merger")
 
 MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
+NO_MAX_COMPACTION_LAG_MS = (1 << 63) - 1  # Kafka's max.compaction.lag.ms default (Long.MAX)
 
 
 class MergeRefused(Exception):
@@ -108,6 +112,19 @@ class LogMerger:
         self.enabled = enabled
         # partition key -> [records that touched it since it was looked at, first ms]
         self.dirty: dict[str, list[int]] = {}
+        # When the offsets not merged yet were appended, so that a tail too small for a run
+        # still closes by age (segment.ms) and merges when idle, on a timer, with no more
+        # appends: partition key -> [[offset, ms]], ascending; the offsets from ``offset``
+        # on were not appended before ``ms`` (the LEO seen by the first record after it
+        # moved). This process's clock: a coordinator that starts counts its backlog from
+        # its start (``_mark_backlog``).
+        self.appends: dict[str, list[list[int]]] = {}
+        self.last_append: dict[str, int] = {}  # partition key -> ms of the last touch
+        # partitions whose look found nothing to merge (no small object with a successor
+        # below the published LSO, no run): the published LSO then; looked at again once
+        # it moves or a record touches them, not at every tick
+        self.quiet: dict[str, int] = {}
+        self.idle_looked: set[str] = set()  # looked at idle since their last touch
         self.sweep: list[str] = []  # every partition, once, at start (old roots convert)
         self.refused: set[str] = set()
         self.merges_done = 0
@@ -149,21 +166,83 @@ class LogMerger:
                 self.dirty[key] = [1, ms]
             else:
                 entry[0] += 1
+            part = state.partitions.get(key)
+            self._note_append(key, part.leo if part is not None else 0, ms)
+
+    def _note_append(self, key: str, leo: int, ms: int) -> None:
+        """A record touched ``key`` at ``ms`` with its LEO at ``leo`` (before the record)."""
+        marks = self.appends.setdefault(key, [])
+        if not marks or leo > marks[-1][0]:
+            marks.append([leo, ms])
+        self.last_append[key] = ms
+        self.quiet.pop(key, None)
+        self.idle_looked.discard(key)
+
+    def appended_ms(self, key: str, offset: int) -> int:
+        """When ``offset`` (the first small object's, M) was appended, as far as this
+        process knows (0: not known); forgets what lies below it."""
+        marks = self.appends.get(key)
+        if not marks:
+            return 0
+        i = 0
+        while i + 1 < len(marks) and marks[i + 1][0] <= offset:
+            i += 1
+        del marks[:i]
+        return marks[0][1]
+
+    def _roll_ms(self, topic: str) -> int:
+        """The open segment's roll age for ``topic`` (``merge_policy.roll_ms``)."""
+        cfg = self._config(topic)
+        return roll_ms(_config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1), compacts(cfg),
+                       _config_int(cfg, "max.compaction.lag.ms", NO_MAX_COMPACTION_LAG_MS,
+                                   1))
 
     def _candidates(self, now: int) -> list[str]:
+        """The partitions to look at this tick: touched ``min_objects`` times; or whose open
+        segment's first record (its runs', else its first small object's) is older than
+        the roll age; or idle for ``idle_ms`` and not looked at since. The last two are
+        timers: they hold with no more appends."""
         s = self.settings
-        due = [k for k, (n, first) in self.dirty.items()
-               if n >= s.min_objects or now - first >= s.idle_ms]
+        due = [k for k, (n, _) in self.dirty.items() if n >= s.min_objects]
+        rolls: dict[str, int] = {}
+        for key in list(self.appends):
+            topic, p = self._split(key)
+            if topic not in self.state.topics:
+                self._forget(key)
+                continue
+            if key in self.quiet:
+                if self.quiet[key] == self.published_lso(topic, p):
+                    continue
+                del self.quiet[key]
+            pm = self.state.merges.get(key) or PartitionMerges()
+            if pm.planned is not None:
+                continue
+            since = open_since(pm.open_since_ms if pm.open_runs() else 0,
+                               self.appended_ms(key, pm.merged_end))
+            if topic not in rolls:
+                rolls[topic] = self._roll_ms(topic)
+            aged = bool(since) and now - since >= rolls[topic]
+            idle = key not in self.idle_looked and \
+                now - self.last_append.get(key, now) >= s.idle_ms
+            if aged or idle:
+                due.append(key)
         for key, pm in self.state.merges.items():
-            if pm.open_since_ms and pm.planned is None:
+            if pm.open_since_ms and pm.planned is None and pm.open_runs():
                 topic, _ = self._split(key)
-                cfg = self._config(topic)
-                seg_ms = _config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1)
-                if now - pm.open_since_ms >= seg_ms:
+                if topic not in rolls:
+                    rolls[topic] = self._roll_ms(topic)
+                if now - pm.open_since_ms >= rolls[topic]:
                     due.append(key)
         while self.sweep and len(due) < MERGES_PER_TICK:
             due.append(self.sweep.pop())
         return [k for k in dict.fromkeys(due) if k not in self.refused]
+
+    def _forget(self, key: str) -> None:
+        """Drop what is known of a deleted topic's partition's appends."""
+        self.appends.pop(key, None)
+        self.last_append.pop(key, None)
+        self.quiet.pop(key, None)
+        self.idle_looked.discard(key)
 
     def _split(self, key: str) -> tuple[str, int]:
         parsed = layout.parse_partition_dir(key)
@@ -199,10 +278,15 @@ class LogMerger:
         now = now_ms()
         for key, part in self.state.partitions.items():
             pm = self.state.merges.get(key)
-            backlog = part.leo - (pm.merged_end if pm is not None else 0)
+            merged_end = pm.merged_end if pm is not None else 0
+            backlog = part.leo - merged_end
             if backlog > 0:
                 entry = self.dirty.setdefault(key, [backlog, now])
                 entry[0] = max(entry[0], backlog)
+                # appended before this process started: counted from now (a bound that
+                # restarts with the coordinator, never one that is lost)
+                if key not in self.appends:
+                    self._note_append(key, merged_end, now)
 
     def kick(self) -> None:
         """Look at partitions now (tests and benches; the loop also ticks by itself)."""
@@ -248,6 +332,8 @@ class LogMerger:
             if any(held(key) for held in self.blocked):
                 continue
             self.dirty.pop(key, None)
+            if now_ms() - self.last_append.get(key, now_ms()) >= self.settings.idle_ms:
+                self.idle_looked.add(key)
             more = True
             while more and done < MERGES_PER_TICK:
                 more = await self._guarded(key, self.merge_once(key))
@@ -286,13 +372,17 @@ class LogMerger:
         if pm.seq and small and small[0].base_offset != merged_end:
             raise MergeRefused(f"the first object above the merged end {merged_end} is at "
                                f"{small[0].base_offset}")
+        if not small and not pm.open_runs():
+            self.quiet[key] = lso  # nothing to merge until the LSO moves or a record comes
         cfg = self._config(topic)
         now = now_ms()
+        first_small_ms = self.appended_ms(key, merged_end)
         choice = choose_merge(
             pm.open_runs(), small,
             segment_bytes=_config_int(cfg, "segment.bytes", DEFAULT_SEGMENT_BYTES, 1),
-            segment_ms=_config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1),
-            open_since_ms=pm.open_since_ms, now_ms=now, settings=self.settings)
+            segment_ms=self._roll_ms(topic), open_since_ms=pm.open_since_ms, now_ms=now,
+            settings=self.settings, first_small_ms=first_small_ms,
+            idle=now - self.last_append.get(key, now) >= self.settings.idle_ms)
         if choice is None:
             return False
         parallel = io_parallelism(len(small), self.settings.min_objects)
@@ -300,12 +390,12 @@ class LogMerger:
         grace = _config_int(cfg, "file.delete.delay.ms", DEFAULT_GRACE_MS, MIN_GRACE_MS)
         remaining_runs = [r for r in pm.open_runs() if r not in choice.runs]
         if choice.level == 0:
-            open_since = pm.open_since_ms if remaining_runs else 0
-        else:
-            open_since = pm.open_since_ms if pm.open_runs() else now
+            since_ms = pm.open_since_ms if remaining_runs else 0
+        else:  # the open segment's age is its first record's, as Kafka's roll counts it
+            since_ms = pm.open_since_ms if pm.open_runs() else (first_small_ms or now)
         output = MergedObject(choice.level, built.base_offset, built.end_offset,
                               built.size, built.has_txnindex, built.max_timestamp)
-        plan = MergePlan(topic, p, pm.seq + 1, tuple(inputs), output, open_since, grace, now)
+        plan = MergePlan(topic, p, pm.seq + 1, tuple(inputs), output, since_ms, grace, now)
         await self.commits.commit([LogRecord("merge", plan.to_record())])
         faults.point("after_merge_plan")
         await self._publish(plan)

@@ -9,8 +9,13 @@ merge would cost O(segment / commit) writes per byte, so the open segment is kep
 - ``fanout`` runs of one level become one run of the next level;
 - the open segment closes — all its runs (and the small objects that still fit) become one
   Kafka segment (level 0) — when the next small object would take it past
-  ``segment.bytes``, when it is older than ``segment.ms``, or when its offsets would no
-  longer fit the 32-bit relative offsets of Kafka's indexes.
+  ``segment.bytes``, when its first record is older than ``roll_ms`` (Kafka's
+  ``LogConfig.maxSegmentMs``: ``segment.ms``, or ``max.compaction.lag.ms`` when smaller on
+  a compacted topic, KIP-354), or when its offsets would no longer fit the 32-bit relative
+  offsets of Kafka's indexes. Only small objects with a successor are listed, so what
+  closes always had a later append: what Kafka's roll at that append closes;
+- a partition idle for ``idle_ms`` has its small objects (at least two) made a run
+  whatever their number: readers of an idle partition list and read one object, not many.
 
 A byte is written once as a small object, about once per level it climbs
 (``log_fanout(segment.bytes / object size)`` levels), and once more into the closed segment;
@@ -52,7 +57,7 @@ class MergeSettings:
     fanout: int = 8
     max_inputs: int = 1000  # objects one merge reads (an old root converts in steps)
     interval_s: float = 1.0  # how often partitions are looked at
-    idle_ms: int = 30_000  # a partition touched this long ago is looked at even if few
+    idle_ms: int = 30_000  # a partition with no append for this long: its few objects merge
     # read and build merges in a worker process (merge_worker.py); None: on remote storage
     isolate: bool | None = None
     worker_timeout_s: float = 600.0  # a merge in the worker taking longer: killed, retried
@@ -99,11 +104,32 @@ class Choice:
         return self.small[-1].end_offset if self.small else self.runs[-1].end_offset
 
 
+def roll_ms(segment_ms: int, compact: bool, max_compaction_lag_ms: int) -> int:
+    """How old the open segment's first record may get before the segment closes: Kafka's
+    ``LogConfig.maxSegmentMs``. On a compacted topic ``max.compaction.lag.ms`` caps it
+    (KIP-354): the cleaner never touches the open segment, so a record can only be
+    compacted within the lag if its segment is rolled within it."""
+    return min(segment_ms, max_compaction_lag_ms) if compact else segment_ms
+
+
+def open_since(open_since_ms: int, first_small_ms: int) -> int:
+    """When the open segment's first record was appended (0: unknown): its runs' time, or
+    the first small object's when there is no run."""
+    known = [ms for ms in (open_since_ms, first_small_ms) if ms]
+    return min(known) if known else 0
+
+
 def choose_merge(runs: list[MergedObject], small: list[SmallObject], *, segment_bytes: int,
                  segment_ms: int, open_since_ms: int, now_ms: int,
-                 settings: MergeSettings) -> Choice | None:
+                 settings: MergeSettings, first_small_ms: int = 0,
+                 idle: bool = False) -> Choice | None:
     """The next merge for a partition whose open segment is ``runs`` (levels >= 1,
-    ascending, contiguous) followed by the mergeable ``small`` objects; None: nothing due."""
+    ascending, contiguous) followed by the mergeable ``small`` objects; None: nothing due.
+
+    ``segment_ms``: the roll age (``roll_ms``); ``open_since_ms``: the runs' (0: none);
+    ``first_small_ms``: when ``small[0]`` was appended (0: unknown) — without it a
+    partition with fewer small objects than a run never aged, and its tail stayed unmerged
+    for as long as nothing was appended. ``idle``: no append for ``settings.idle_ms``."""
     small = small[:settings.max_inputs]
     base = runs[0].base_offset if runs else (small[0].base_offset if small else 0)
     open_bytes = sum(r.size for r in runs)
@@ -119,8 +145,9 @@ def choose_merge(runs: list[MergedObject], small: list[SmallObject], *, segment_
         if runs or fits:
             return Choice(0, tuple(runs), tuple(small[:fits]))
         return Choice(0, (), (small[0],))  # one object bigger than a segment: alone
-    # 2. close by age
-    if open_since_ms and now_ms - open_since_ms >= segment_ms and (runs or small):
+    # 2. close by age (of the first record: the runs', else the first small object's)
+    since = open_since(open_since_ms if runs else 0, first_small_ms if small else 0)
+    if since and now_ms - since >= segment_ms and (runs or small):
         return Choice(0, tuple(runs), tuple(small))
     # 3. carry: fanout runs of one level become one of the next
     by_level: dict[int, list[MergedObject]] = {}
@@ -130,7 +157,7 @@ def choose_merge(runs: list[MergedObject], small: list[SmallObject], *, segment_
         same = by_level[level]
         if len(same) >= settings.fanout:
             return Choice(level + 1, tuple(same[:settings.fanout]), ())
-    # 4. small objects into a run of level 1
-    if len(small) >= settings.min_objects:
+    # 4. small objects into a run of level 1 (any two once the partition is idle)
+    if len(small) >= settings.min_objects or (idle and len(small) >= 2):
         return Choice(1, (), tuple(small))
     return None

@@ -103,3 +103,104 @@ def test_partitions_a_tick_had_no_budget_for_are_merged_by_the_next(
             await second.stop()
 
     asyncio.run(scenario())
+
+
+async def _merged_end(st: Storage, p: int = 0) -> int:
+    man = await asyncio.to_thread(read_latest_manifest, st, "t", p)
+    return man.end_offset if man is not None else 0
+
+
+def test_a_tail_too_small_for_a_run_closes_by_segment_ms_with_no_more_appends(
+        file_root: str) -> None:
+    """A few commits, then nothing: once older than ``segment.ms`` they are one closed
+    segment (all but the last object, whose end a later append would tell), found by the
+    merger's own timer — no commit touches the partition again, no run was ever made."""
+    st = Storage.for_url(file_root)
+
+    async def scenario() -> None:
+        engine = await _start(st, MergeSettings(min_objects=1000, interval_s=3600.0))
+        try:
+            await engine.create_topic("t", 1, {"segment.ms": "300"})
+            prod = Producer(engine, st, "x")
+            for _ in range(5):
+                await prod.txn([("t", 0)])
+            leo = engine.state.partition("t-0").leo
+            await engine.merger.tick()
+            assert await _merged_end(st) == 0  # younger than segment.ms: nothing due
+            await asyncio.sleep(0.4)
+            for _ in range(20):
+                await engine.merger.tick()
+                if await _merged_end(st):
+                    break
+                await asyncio.sleep(0.05)
+            man = await asyncio.to_thread(read_latest_manifest, st, "t", 0)
+            assert man is not None and man.end_offset == leo - 1, (man, leo)
+            assert [o.level for o in man.objects] == [0]
+            looks = engine.merger.quiet.get("t-0")
+            assert looks is not None  # nothing left to merge: no LIST at every tick
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_partitions_few_objects_become_a_run(file_root: str) -> None:
+    """The idle rule merges: a partition with no append for ``idle_ms`` has its few small
+    objects made a run (before, the look found fewer than ``min_objects``, did nothing, and
+    dropped the partition from what it looks at)."""
+    st = Storage.for_url(file_root)
+
+    async def scenario() -> None:
+        engine = await _start(st, MergeSettings(min_objects=1000, interval_s=3600.0,
+                                                idle_ms=300))
+        try:
+            await engine.create_topic("t", 1)
+            prod = Producer(engine, st, "x")
+            for _ in range(3):
+                await prod.txn([("t", 0)])
+            await asyncio.sleep(0.4)
+            for _ in range(20):
+                await engine.merger.tick()
+                if await _merged_end(st):
+                    break
+                await asyncio.sleep(0.05)
+            man = await asyncio.to_thread(read_latest_manifest, st, "t", 0)
+            assert man is not None and [o.level for o in man.objects] == [1], man
+            assert man.end_offset == engine.state.partition("t-0").leo - 1
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_compacted_topic_rolls_its_open_segment_within_max_compaction_lag(
+        file_root: str) -> None:
+    """KIP-354: with Kafka's default ``segment.ms`` (7 days) the open segment of a
+    compacted topic still closes once its first record is ``max.compaction.lag.ms`` old
+    (Kafka's ``LogConfig.maxSegmentMs``), so the cleaner, which never touches the open
+    segment, can compact it within the lag; a topic that does not compact keeps it open."""
+    st = Storage.for_url(file_root)
+
+    async def scenario() -> None:
+        engine = await _start(st, MergeSettings(min_objects=1000, interval_s=3600.0))
+        try:
+            lag = {"max.compaction.lag.ms": "300"}
+            await engine.create_topic("t", 2, {"cleanup.policy": "compact", **lag})
+            await engine.create_topic("d", 1, {"cleanup.policy": "delete", **lag})
+            prod = Producer(engine, st, "x")
+            for i in range(4):
+                await prod.txn([("t", 0), ("d", 0)], commit=i % 2 == 0)
+            await asyncio.sleep(0.4)
+            for _ in range(20):
+                await engine.merger.tick()
+                if await _merged_end(st):
+                    break
+                await asyncio.sleep(0.05)
+            man = await asyncio.to_thread(read_latest_manifest, st, "t", 0)
+            assert man is not None and man.end_offset == engine.state.partition("t-0").leo - 1
+            assert man.objects[0].level == 0
+            assert await asyncio.to_thread(read_latest_manifest, st, "d", 0) is None
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())

@@ -443,3 +443,30 @@ def test_choose_cleaning_honours_lso_ratio_and_lags() -> None:
     assert choose_cleaning(segs, 0, 100, 9_000, young) is None
     # nothing dirty: nothing to do
     assert choose_cleaning(segs, 30, 100, 10_000, cfg) is None
+
+
+def test_max_compaction_lag_counts_from_the_first_batch_of_the_oldest_dirty_segment() -> None:
+    """KIP-354 (LogCleanerManager.maxCompactionDelay): the first batch's maxTimestamp, read
+    from a segment's first bytes; its largest timestamp could only find it overdue later."""
+    from txnlog.coordinator.maintenance.log_cleaner import (
+        FIRST_HEADER_BYTES,
+        choose_cleaning,
+        compaction_config,
+        first_batch_timestamp,
+        first_dirty_segment,
+    )
+    from txnlog.log_format.manifest import MergedObject
+
+    data = encode_batch([(b"k", b"v", None, 4_000)], base_offset=20) + \
+        encode_batch([(b"k", b"w", None, 8_000)], base_offset=21)
+    assert first_batch_timestamp(data[:FIRST_HEADER_BYTES]) == 4_000
+    assert first_batch_timestamp(b"") == -1
+    segs = [MergedObject(0, 0, 10, 100, max_timestamp=1000),
+            MergedObject(0, 10, 20, 100, max_timestamp=2000),
+            MergedObject(0, 20, 30, 100, max_timestamp=8000)]
+    assert first_dirty_segment(segs, 20, 100) == segs[2]
+    assert first_dirty_segment(segs, 20, 25) is None  # past the LSO: not cleanable anyway
+    cfg = compaction_config({"cleanup.policy": "compact", "max.compaction.lag.ms": "5000"})
+    assert choose_cleaning(segs, 20, 100, 10_000, cfg) is None  # by its last record: not yet
+    assert choose_cleaning(segs, 20, 100, 10_000, cfg, first_batch_ms=4_000) == segs
+    assert choose_cleaning(segs, 20, 100, 8_000, cfg, first_batch_ms=4_000) is None

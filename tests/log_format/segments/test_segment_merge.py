@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record import MemoryRecords as KpMemoryRecords
-from txnlog.coordinator.maintenance.merge_policy import MergeSettings, SmallObject, choose_merge
+from txnlog.coordinator.maintenance.merge_policy import (
+    MergeSettings,
+    SmallObject,
+    choose_merge,
+    roll_ms,
+)
 from txnlog.log_format.codec.control import ControlType, encode_control_batch
 from txnlog.log_format.codec.indexes import (
     AbortedTxn,
@@ -154,6 +159,32 @@ def test_policy_closes_a_segment_after_segment_ms() -> None:
     assert choose(runs, _small(4, 1), open_since_ms=1_000_000 - 59_999) is None
     c = choose(runs, _small(4, 1), open_since_ms=1_000_000 - 60_000)
     assert c is not None and c.level == 0 and c.runs == tuple(runs) and len(c.small) == 1
+
+
+def test_policy_closes_a_tail_without_runs_by_its_first_small_objects_age() -> None:
+    """Fewer small objects than a run and no run: the age of the first one closes them
+    (before, the age counted from the first run only, so such a tail never closed)."""
+    tail = _small(40, 3)
+    assert choose([], tail, first_small_ms=1_000_000 - 59_999) is None
+    c = choose([], tail, first_small_ms=1_000_000 - 60_000)
+    assert c is not None and c.level == 0 and c.small == tuple(tail) and not c.runs
+    assert choose([], tail) is None  # when it was appended is not known: no age
+
+
+def test_policy_makes_an_idle_partitions_few_objects_a_run() -> None:
+    assert choose([], _small(0, 2)) is None
+    c = choose_merge([], _small(0, 2), segment_bytes=10_000, segment_ms=60_000,
+                     open_since_ms=0, now_ms=1_000_000, settings=S, idle=True)
+    assert c is not None and c.level == 1 and len(c.small) == 2
+    assert choose_merge([], _small(0, 1), segment_bytes=10_000, segment_ms=60_000,
+                        open_since_ms=0, now_ms=1_000_000, settings=S, idle=True) is None
+
+
+def test_roll_age_is_capped_by_max_compaction_lag_on_compacted_topics() -> None:
+    """Kafka's LogConfig.maxSegmentMs (KIP-354)."""
+    assert roll_ms(60_000, True, 2_000) == 2_000
+    assert roll_ms(60_000, False, 2_000) == 60_000
+    assert roll_ms(500, True, 2_000) == 500
 
 
 def test_policy_never_spans_more_offsets_than_an_index_can_hold() -> None:
