@@ -353,7 +353,7 @@ class PartitionReader:
 
     # ---- where the visible records end ----------------------------------------------
     def visible_end(self, start: int, end: int, *, max_objects: int = 16,
-                    max_bytes: int = 1 << 20) -> int:
+                    max_bytes: int = 256 << 10) -> int:
         """The lowest offset ``d`` in ``[start, end]`` (``end`` capped at LSO/HW) such that
         ``[d, end)`` holds no record this reader returns: only control batches (COMMIT and
         ABORT markers), batches without records, gaps, 0-byte fences and, under
