@@ -233,23 +233,30 @@ def test_restart_after_a_kill_inside_the_first_offset_log_write(spark, file_root
     assert client.describe_txn(f"txnlog-sink-{query_id}")["last_committed_batch"] == batches - 1
 
 
-def _byte_batches(root: str, topic: str, end: int, budget: int) -> list[int]:
+def _byte_batches(root: str, topic: str, end: int, data_end: int, budget: int) -> list[int]:
     """The batch ends ``maxBytesPerTrigger`` gives on one partition from offset 0, as
-    docs/streaming.md states the rule: the backlog's bytes are estimated from the sizes of
-    the segment objects it spans (bytes per offset over those objects)."""
+    docs/streaming.md states the rule: the backlog's bytes up to the partition's last
+    record (``data_end``) are estimated from the sizes of the segment objects it spans
+    (bytes per offset over those objects), and a batch that gets to that record takes the
+    markers after it too."""
     from txnlog.log_format.reader import PartitionReader
     from txnlog.log_format.storage import Storage
 
-    segs = [(s.base_offset, end if s.end_offset is None else s.end_offset, s.size)
+    segs = [(s.base_offset, s.end_offset, s.size)
             for s in PartitionReader(Storage.for_url(root), topic, 0).segments()]
     begin, out = 0, []
     while begin < end:
-        spanned = [(b, e, size) for b, e, size in segs if e > begin and b < end and size]
-        per_offset = sum(s for _, _, s in spanned) / sum(max(1, e - b) for b, e, _ in spanned)
-        if (end - begin) * per_offset <= budget:
+        upto = max(begin, data_end)
+        spanned = [(b, upto if e is None else e, size) for b, e, size in segs
+                   if (upto if e is None else e) > begin and b < upto and size]
+        per_offset = (sum(s for _, _, s in spanned)
+                      / sum(max(1, e - b) for b, e, _ in spanned)) if spanned else 1.0
+        if (upto - begin) * per_offset <= budget:
             begin = end
         else:
-            begin = min(end, begin + max(1, int(budget // per_offset)))
+            begin = min(upto, begin + max(1, int(budget // per_offset)))
+            if begin >= upto:
+                begin = end
         out.append(begin)
     return out
 
@@ -267,7 +274,8 @@ def test_s3_root_max_bytes_per_trigger(spark, s3_root: str, tmp_path) -> None:
                                  aborted_every=2)
         ends = end_offsets(s3_root, "in")
         budget = 300  # a data object of this input is ~200 bytes, a marker object ~80
-        want = _byte_batches(s3_root, "in", ends[("in", 0)], budget)
+        want = _byte_batches(s3_root, "in", ends[("in", 0)],
+                             _data_ends(s3_root, "in")[("in", 0)], budget)
         ckpt = tmp_path / "ckpt"
         q = (spark.readStream.format("txnlog").option("subscribe", "in")
              .option("startingOffsets", "earliest").option("maxBytesPerTrigger", str(budget))
