@@ -364,8 +364,9 @@ class PartitionReader:
         micro-batch instead of spending a whole trigger (and a sink transaction) on it.
         It must be cheap: it walks the partition's objects back from ``end`` reading batch
         headers only, at most ``max_objects`` GETs of at most ``max_bytes`` in all (an
-        indexed object too big for that is read from its last index entry below ``end``),
-        and stops at the first visible batch. Whatever it does not look at counts as data,
+        indexed object too big for that is read from its last index entry below ``end``;
+        under read_committed a transactional batch also needs the ``.txnindex`` objects
+        from its object on, as a read does), and stops at the first visible batch. Whatever it does not look at counts as data,
         so the answer may be above the true one, never below it.
         """
         end = self.bounded_end(end)
