@@ -366,8 +366,9 @@ class PartitionReader:
         headers only, at most ``max_objects`` GETs of at most ``max_bytes`` in all (an
         indexed object too big for that is read from its last index entry below ``end``;
         under read_committed a transactional batch also needs the ``.txnindex`` objects
-        from its object on, as a read does), and stops at the first visible batch. Whatever it does not look at counts as data,
-        so the answer may be above the true one, never below it.
+        from its object on, as a read does), and stops at the first visible batch.
+        Whatever it does not look at counts as data, so the answer may be above the true
+        one, never below it.
         """
         end = self.bounded_end(end)
         if start >= end:
