@@ -26,7 +26,10 @@ kernels, the coordinator connection). Round 1 is the "first" round; later rounds
 steady state (medians). Reported per pipeline and size: records/s over the query's
 micro-batches (rows / sum of triggerExecution), the micro-batch latency (p50 of
 triggerExecution), the wall time of the whole query (start to end), and the ratios to
-parquet>parquet measured in the same round. ``--profile`` prints where a micro-batch's time
+parquet>parquet measured in the same round, and to pyceiling>pyceiling (the Python Data
+Source ceiling, same columns) when it runs; every micro-batch the query ran counts, one
+that read no record too (a batch of commit markers only costs a whole trigger), and the
+table gives their number. ``--profile`` prints where a micro-batch's time
 goes by Spark's own phases (durationMs: latestOffset, queryPlanning, addBatch, walCommit,
 commitOffsets), medians over the steady rounds.
 """
@@ -149,7 +152,8 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
     # the S3 server is one of the run's processes: its share of the same reading
     server_cpu = cpu1.get(SERVER_PID, 0.0) - cpu0.get(SERVER_PID, 0.0) if SERVER_PID else 0.0
     cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
-    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    # every micro-batch that ran (an AvailableNow query's last progress may run none)
+    progress = [p for p in q.recentProgress if "addBatch" in p["durationMs"]]
     if len(progress) < 2:
         raise RuntimeError(f"{pipeline}: {len(progress)} micro-batches (raise --batches)")
     trig = [p["durationMs"]["triggerExecution"] for p in progress]
@@ -205,7 +209,8 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
                                pipeline=pipeline)
                     out.append(res)
                     print(f"# {root_name} round {r + 1} {pipeline:<16} {size:>7,}/trigger: "
-                          f"{res['records_per_s']:>10,.0f} rec/s, batch p50 "
+                          f"{res['records_per_s']:>10,.0f} rec/s in {res['batches']} "
+                          f"micro-batches, batch p50 "
                           f"{res['batch_ms']:>6.0f} ms, wall {res['wall_s']:5.1f} s, "
                           f"cpu {res['cpu_s']:5.1f} s (S3 server {res['server_cpu_s']:4.1f}), "
                           f"load {res['load']:.1f}", file=sys.stderr, flush=True)
@@ -231,12 +236,15 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
     for root, size, pipeline in keys:
         first = find(root, size, pipeline, 1)
         steady = [x for i in steady_rounds if (x := find(root, size, pipeline, i))]
-        ratios_tp, ratios_lat = [], []
+        ratios_tp, ratios_lat, ratios_ceil = [], [], []
         for i in steady_rounds:
             mine, base = find(root, size, pipeline, i), find(root, size, "parquet>parquet", i)
             if mine and base:
                 ratios_tp.append(mine["records_per_s"] / base["records_per_s"])
                 ratios_lat.append(mine["batch_ms"] / base["batch_ms"])
+            ceil = find(root, size, "pyceiling>pyceiling", i)
+            if mine and ceil:
+                ratios_ceil.append(mine["records_per_s"] / ceil["records_per_s"])
         row: dict[str, Any] = {
             "root": root, "per_trigger": size, "pipeline": pipeline,
             "first_records_per_s": first["records_per_s"] if first else float("nan"),
@@ -249,6 +257,9 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
             "wall_s": statistics.median(x["wall_s"] for x in steady),
             "vs_parquet_records_per_s": statistics.median(ratios_tp) if ratios_tp else None,
             "vs_parquet_batch_ms": statistics.median(ratios_lat) if ratios_lat else None,
+            "vs_ceiling_records_per_s": statistics.median(ratios_ceil) if ratios_ceil
+            else None,
+            "batches": sorted({x["batches"] for x in steady}),
             "load": statistics.median(x["load"] for x in steady),
         }
         row["first_extra_s"] = row["first_wall_s"] - row["wall_s"]
@@ -323,15 +334,19 @@ def main() -> None:
     print(f"16 B keys, 100 B values, 4 partitions, Trigger.AvailableNow, local[2], "
           f"cpus={os.cpu_count()}, {args.rounds} rounds (1 = first query, then steady: "
           f"medians); load {load_start[0]:.1f} at start, {load():.1f} at end")
-    print("| root | per trigger | pipeline | steady rec/s | vs parquet>parquet | batch p50 ms |"
+    print("| root | per trigger | pipeline | micro-batches | steady rec/s | vs parquet>parquet |"
+          " vs pyceiling>pyceiling | batch p50 ms |"
           " vs parquet>parquet | first rec/s | wall s: first / steady (extra) |"
           " CPU s: first / steady (extra) | of which S3 server (steady) |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         tp = r["vs_parquet_records_per_s"]
         lat = r["vs_parquet_batch_ms"]
+        ceil = r["vs_ceiling_records_per_s"]
         print(f"| {r['root']} | {r['per_trigger']:,} | {r['pipeline']} | "
-              f"{r['records_per_s']:,.0f} | {tp:.2f}x | {r['batch_ms']:.0f} | {lat:.2f}x | "
+              f"{'/'.join(str(n) for n in r['batches'])} | "
+              f"{r['records_per_s']:,.0f} | {tp:.2f}x | "
+              f"{'-' if ceil is None else f'{ceil:.2f}x'} | {r['batch_ms']:.0f} | {lat:.2f}x | "
               f"{r['first_records_per_s']:,.0f} | {r['first_wall_s']:.1f} / "
               f"{r['wall_s']:.1f} ({r['first_extra_s']:+.1f}) | {r['first_cpu_s']:.1f} / "
               f"{r['cpu_s']:.1f} ({r['first_extra_cpu_s']:+.1f}) | {r['server_cpu_s']:.1f} |")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from .codec.batch_header import CONTROL_FLAG
+from .codec.batch_header import CONTROL_FLAG, parse_header
 from .codec.indexes import (
     AbortedTxn,
     OffsetEntry,
@@ -350,6 +350,86 @@ class PartitionReader:
                 if complete:
                     return found
         return found
+
+    # ---- where the visible records end ----------------------------------------------
+    def visible_end(self, start: int, end: int, *, max_objects: int = 16,
+                    max_bytes: int = 256 << 10) -> int:
+        """The lowest offset ``d`` in ``[start, end]`` (``end`` capped at LSO/HW) such that
+        ``[d, end)`` holds no record this reader returns: only control batches (COMMIT and
+        ABORT markers), batches without records, gaps, 0-byte fences and, under
+        read_committed, aborted data. ``d == start`` means the whole range holds none.
+
+        A stream's admission control asks it where a partition's data ends, so that a
+        budget boundary that leaves only such a tail behind takes the tail into the
+        micro-batch instead of spending a whole trigger (and a sink transaction) on it.
+        It must be cheap: it walks the partition's objects back from ``end`` reading batch
+        headers only, at most ``max_objects`` GETs of at most ``max_bytes`` in all (an
+        indexed object too big for that is read from its last index entry below ``end``;
+        under read_committed a transactional batch also needs the ``.txnindex`` objects
+        from its object on, as a read does), and stops at the first visible batch.
+        Whatever it does not look at counts as data, so the answer may be above the true
+        one, never below it.
+        """
+        end = self.bounded_end(end)
+        if start >= end:
+            return start
+        self.segments()
+        stale = time.monotonic() - self._listed_at > self._max_listing_age()
+        if stale and not self._renew_listing(start):
+            self._relist()
+        segs = self._segments
+        verified = end  # [verified, end) holds nothing visible
+        i = bisect.bisect_left([s.base_offset for s in segs], end) - 1
+        fetched = objects = 0
+        while i >= 0 and verified > start:
+            seg = segs[i]
+            i -= 1
+            if seg.size == 0:  # a fence: resolved offsets without records
+                verified = seg.base_offset
+                continue
+            if not seg.merged and time.monotonic() - self._listed_at > self._max_listing_age():
+                break  # a small object's name may have been freed and taken since: not trusted
+            if objects >= max_objects:
+                break
+            pos = 0
+            try:
+                if seg.size > max_bytes - fetched:
+                    if not seg.has_index:
+                        break
+                    objects += 1
+                    pos = lookup_offset(self._index_entries(seg), end - 1,
+                                        seg.base_offset).position
+                    if seg.size - pos > max_bytes - fetched:
+                        break
+                data = self.storage.get_view(seg.path, pos, seg.size)
+            except FileNotFoundError:
+                break  # merged away under us: what was verified still holds
+            objects += 1
+            fetched += len(data)
+            source = f"{self.storage.url}/{seg.path}"
+            headers = []
+            at = 0
+            while at < len(data):
+                h = parse_header(data, at, source=source)
+                if h.base_offset >= end:
+                    break
+                headers.append(h)
+                at += h.size
+            aborted: list[AbortedTxn] | None = None
+            for h in reversed(headers):
+                if h.is_control or h.records_count == 0:
+                    continue
+                if self.isolation_level == "read_committed" and h.is_transactional:
+                    if aborted is None:  # the .txnindex objects from this one on (cached)
+                        aborted = self.aborted_transactions(headers[0].base_offset, end)
+                    if any(a.producer_id == h.producer_id and a.first_offset <= h.last_offset
+                           and a.last_offset >= h.base_offset for a in aborted):
+                        continue
+                return max(start, min(end, h.next_offset))
+            verified = headers[0].base_offset if pos > 0 and headers else seg.base_offset
+            if pos > 0:
+                break  # the object's bytes before its last index entry count as data
+        return max(start, verified)
 
     # ---- reading -----------------------------------------------------------------------
     def bounded_end(self, end: int | None = None) -> int:

@@ -80,6 +80,15 @@ def rate_limit(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition,
     return {tp: min(end[tp], begin[tp] + steps[tp]) for tp in end}
 
 
+def take_tails(cut: Mapping[TopicPartition, int], data_end: Mapping[TopicPartition, int],
+               end: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """A partition whose ``cut`` reached the end of its visible records (``data_end``)
+    takes the offsets after them up to ``end``: markers, aborted or compacted-away data,
+    nothing a micro-batch of its own would return a row for. Any other partition ends at
+    its cut."""
+    return {tp: end[tp] if cut[tp] >= data_end[tp] else cut[tp] for tp in end}
+
+
 class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         check_requested_schema(schema, opts.include_headers)
@@ -180,11 +189,75 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 and self.opts.min_offsets_per_trigger is not None \
                 and self._delay_batch(begin, available):
             return start
-        if isinstance(limit, ReadMaxRows):
-            end = rate_limit(begin, end, limit.max_rows)
-        elif isinstance(limit, ReadMaxBytes):
-            end = self._byte_limit(begin, end, limit.max_bytes)
+        if isinstance(limit, ReadMaxRows | ReadMaxBytes):
+            end = self._admit(begin, end, limit)
         return self._encode(end)
+
+    def _admit(self, begin: dict[TopicPartition, int], end: dict[TopicPartition, int],
+               limit: ReadMaxRows | ReadMaxBytes) -> dict[TopicPartition, int]:
+        """Admission control that counts data: the budget is split over each partition's
+        backlog up to where its visible records end (``_data_ends``), and a partition cut
+        there takes the rest up to ``end`` with it - a tail of COMMIT/ABORT markers (and,
+        under read_committed, aborted data) that alone would cost a micro-batch, a whole
+        trigger and a sink transaction for no record. So N budgets of data drain in N
+        micro-batches, where Spark's Kafka source, counting every offset, runs one more
+        for the markers the budget left behind."""
+        if isinstance(limit, ReadMaxRows) and \
+                sum(max(0, end[tp] - begin[tp]) for tp in end) <= limit.max_rows:
+            return end  # everything fits: no need to know where the data ends
+        data = self._data_ends(begin, end)
+        if isinstance(limit, ReadMaxRows):
+            cut = rate_limit(begin, data, limit.max_rows)
+        else:
+            cut = self._byte_limit(begin, data, limit.max_bytes)
+        return take_tails(cut, data, end)
+
+    def _data_ends(self, begin: Mapping[TopicPartition, int],
+                   end: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Per partition, the offset in ``[begin, end]`` after which ``[.., end)`` holds no
+        visible record (``PartitionReader.visible_end``: the last objects' batch headers,
+        a few small GETs). Remembered per partition with the ``end`` it was found for:
+        offsets below an LSO never change, so AvailableNow (one target) asks storage once
+        per partition and run, and a moving end only has its new tail read."""
+        from txnlog.log_format.errors import TxnlogError
+
+        tails: dict[TopicPartition, tuple[int, int]] = self.__dict__.setdefault("_tails", {})
+        out = {}
+        for tp, e in end.items():
+            b = begin[tp]
+            known = tails.get(tp)
+            if e <= b:
+                out[tp] = e
+                continue
+            if known is not None and known[0] == e:
+                out[tp] = max(b, known[1])
+                continue
+            # [known d, known end) holds nothing visible: look at what came after it only
+            floor = known[0] if known is not None and b <= known[0] < e else b
+            try:
+                d = self._partition_reader(tp).visible_end(floor, e)
+            except (TxnlogError, OSError) as exc:
+                # only an optimisation: the batch then ends where the budget says
+                log.warning("%s-%d: where its data ends could not be read (%s); the budget "
+                            "counts its tail's offsets", tp[0], tp[1], exc)
+                out[tp] = e
+                continue
+            if known is not None and d == floor == known[0]:
+                d = known[1]
+            tails[tp] = (e, d)
+            out[tp] = max(b, d)
+        return out
+
+    def _partition_reader(self, tp: TopicPartition) -> Any:
+        """A driver-side reader per partition, kept across triggers with its listing (listed
+        again when the HW moves) and index caches, on the latest snapshot."""
+        readers: dict[TopicPartition, Any] = self.__dict__.setdefault("_readers", {})
+        reader = readers.get(tp)
+        if reader is None:
+            reader = readers[tp] = self._reader(*tp)
+        else:
+            reader.advance_snapshot(self._snapshot)
+        return reader
 
     def _delay_batch(self, begin: Mapping[TopicPartition, int],
                      available: Mapping[TopicPartition, int]) -> bool:
@@ -243,7 +316,7 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end[tp] <= begin[tp]:
                 continue
             total_bytes = total_offsets = 0
-            for seg in self._reader(*tp).segments():
+            for seg in self._partition_reader(tp).segments():
                 seg_end = seg.end_offset if seg.end_offset is not None else end[tp]
                 if seg_end <= begin[tp] or seg.base_offset >= end[tp] or seg.size == 0:
                     continue
@@ -333,6 +406,7 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_group_committer", None)  # a thread of the driver-side process only
+        state.pop("_readers", None)  # the planner's listings and caches, not a task's
         return state
 
     def _commit_group_now(self, end: dict[TopicPartition, int]) -> None:

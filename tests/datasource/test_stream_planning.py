@@ -190,3 +190,77 @@ def test_a_small_micro_batch_is_one_task(file_root: str) -> None:
             for p in range(4):  # each partition's records in order, from its start
                 offs = [o for q, o in rows if q == p]
                 assert offs == list(range(len(offs)))
+
+
+def _visible(b, level: str, start: int, end: int) -> list[int]:  # type: ignore[no-untyped-def]
+    return [r.offset for r in b.expected(level, start, end)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_visible_end_never_hides_a_record(file_root: str, seed: int) -> None:
+    """``PartitionReader.visible_end`` (where a stream's budget lets a partition's tail
+    join) against the model of random logs (markers, aborted and open transactions,
+    fences, gaps, empty batches): nothing visible is ever at or after the offset it gives,
+    and with room to look it is at most one batch past the last visible record. With no
+    room (one GET, a few bytes) it may only stop higher."""
+    import random
+
+    from partition_builder import PartitionBuilder
+    from txnlog.log_format.reader import PartitionReader
+
+    from tests.log_format.test_reader import random_log
+
+    rng = random.Random(seed)
+    b = PartitionBuilder(Storage.for_url(file_root), "rnd", 0)
+    random_log(b, rng, 60)
+    for level in ("read_committed", "read_uncommitted"):
+        reader = PartitionReader(b.storage, "rnd", 0, isolation_level=level)  # type: ignore[arg-type]
+        bound = reader.latest_offset()
+        cases = [(0, bound)] + [(s, s + rng.randint(0, 25))
+                                for s in (rng.randint(0, bound) for _ in range(25))]
+        for start, end in cases:
+            capped = min(end, bound)
+            seen = _visible(b, level, start, capped)
+            d = reader.visible_end(start, end, max_objects=1000)
+            assert start <= d <= max(start, capped)
+            assert not [o for o in seen if o >= d], (level, start, end, d)
+            tight = seen[-1] + 1 if seen else start
+            # one raw batch of the random logs spans at most 10 offsets past its last record
+            assert d <= tight + 10, (level, start, end, d, tight)
+            if seen and seen[-1] + 1 == capped:
+                assert d == capped
+            small = reader.visible_end(start, end, max_objects=1, max_bytes=100)
+            assert d <= small <= max(start, capped)
+
+
+def test_visible_end_reads_a_big_object_from_its_last_index_entry(file_root: str) -> None:
+    """A merged-size object (data, then its transaction's markers, as the merger leaves a
+    batch write's tail): read from its last ``.index`` entry below the end, not whole."""
+    from partition_builder import PartitionBuilder
+    from txnlog.log_format.codec.indexes import build_indexes, encode_offset_index
+    from txnlog.log_format.layout import segment_path
+    from txnlog.log_format.reader import PartitionReader
+
+    st = Storage.for_url(file_root)
+    b = PartitionBuilder(st, "idx", 0)
+    b.data(500, pid=7, max_batch_bytes=1024, value_size=30)
+    b.data(3, pid=8)
+    b.markers([(7, True), (8, False)], flush=False)
+    b.publish()
+    size = st.size(segment_path("idx", 0, 0))
+    offsets, _ = build_indexes(st.get(segment_path("idx", 0, 0)), 0, index_interval_bytes=2048)
+    st.put_if_absent(segment_path("idx", 0, 0, ".index"), encode_offset_index(offsets, 0))
+    reader = PartitionReader(st, "idx", 0)
+    assert reader.segments()[0].has_index
+    ranges: list[tuple[str, int, int]] = []
+    get_view = st.get_view
+    st.get_view = lambda path, a=None, z=None: (ranges.append((path, a, z)),  # type: ignore[method-assign]
+                                                get_view(path, a, z))[1]
+    # read_committed: pid 8's 3 records are aborted; 500 data, then 3 aborted, 2 markers
+    assert reader.visible_end(0, 505, max_bytes=size // 4) == 500
+    [(path, a, z)] = ranges  # one ranged read of the object's tail, from an index entry
+    assert path.endswith("0.log") and a > 0 and z == size and z - a <= size // 4
+    unc = PartitionReader(st, "idx", 0, isolation_level="read_uncommitted")
+    assert unc.visible_end(0, 505, max_bytes=size // 4) == 503
+    # too little room even from the last index entry: nothing verified, nothing joins
+    assert reader.visible_end(0, 505, max_bytes=16) == 505

@@ -180,3 +180,92 @@ def test_rate_limit_drains_a_backlog_of_n_budgets_in_n_batches() -> None:
         sizes.append(sum(nxt[tp] - cur[tp] for tp in end))
         cur = nxt
     assert sizes == [500_000] * 4
+
+
+def _one_transaction(root: str, endpoint: str, per_partition: int, partitions: int,
+                     aborted_after: int = 0) -> None:
+    """One committed transaction of ``per_partition`` records in each partition (as one
+    batch write makes: each partition ends on its COMMIT marker), then, with
+    ``aborted_after``, an aborted one of that many records per partition."""
+    with TransactionalProducer(root, "one", coordinator=endpoint) as p:
+        p.init_transactions()
+        p.begin_transaction()
+        for i in range(per_partition * partitions):
+            p.send("t", b"v%d" % i, key=b"k%d" % i, partition=i % partitions)
+        p.commit_transaction()
+        if aborted_after:
+            p.begin_transaction()
+            for i in range(aborted_after * partitions):
+                p.send("t", b"ABORTED", key=b"a%d" % i, partition=i % partitions)
+            p.flush()  # written to storage, then aborted by markers
+            p.abort_transaction()
+
+
+def _drain(r: stream_reader.TxnlogStreamReader, limit: ReadMaxRows
+           ) -> tuple[list[dict], list[list[tuple[int, int, bytes]]], list[dict]]:
+    """Run micro-batches as Spark does (latestOffset, partitions, read) until latestOffset
+    returns its start: the end offsets, each batch's (partition, offset, value) rows and
+    each batch's lag (Kafka's offsets behind latest, from reportLatestOffset)."""
+    from txnlog.datasource.read.lag_metrics import offsets_behind_latest
+
+    start = r.initialOffset()
+    ends, batches, lags = [], [], []
+    while True:
+        end = r.latestOffset(start, limit)
+        if end == start:
+            return ends, batches, lags
+        rows = [row for part in r.partitions(start, end) for b in r.read(part)
+                for row in zip(b.column("partition").to_pylist(),
+                               b.column("offset").to_pylist(),
+                               b.column("value").to_pylist(), strict=True)]
+        ends.append(decode(end))
+        batches.append(rows)
+        lags.append(offsets_behind_latest(end, r.reportLatestOffset()))
+        start = end
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_a_marker_only_tail_joins_the_batch_before_it(file_root: str, partitions: int
+                                                      ) -> None:
+    """A backlog of N budgets of data ending on COMMIT markers drains in N micro-batches:
+    the budget boundary leaves only the markers, which join the last batch instead of
+    making a micro-batch of their own (a whole trigger, and a sink transaction, for
+    nothing). Its end offsets are still exact next offsets: each partition's LSO."""
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", partitions)
+        _one_transaction(file_root, coord.endpoint, 30, partitions)
+        lso = {("t", p): 31 for p in range(partitions)}  # 30 records + the COMMIT marker
+        budget = 10 * partitions
+        r = _reader(file_root, maxOffsetsPerTrigger=str(budget))
+        ends, batches, lags = _drain(r, ReadMaxRows(budget))
+        assert ends == [{tp: 10 for tp in lso}, {tp: 20 for tp in lso}, lso]
+        assert [len(rows) for rows in batches] == [budget] * 3
+        got = sorted((p, o) for rows in batches for p, o, _ in rows)
+        assert got == [(p, o) for p in range(partitions) for o in range(30)]
+        # lag: the partition's LSO minus the batch's end, per partition
+        assert [lag["maxOffsetsBehindLatest"] for lag in lags] == ["21", "11", "0"]
+        assert [lag["minOffsetsBehindLatest"] for lag in lags] == ["21", "11", "0"]
+
+
+@pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
+def test_an_aborted_tail_joins_only_where_it_is_invisible(file_root: str, level: str
+                                                          ) -> None:
+    """After 20 committed records per partition: an aborted transaction of 3 records per
+    partition and its ABORT markers. read_committed sees none of that tail, so it joins
+    the batch that reaches the COMMIT marker; read_uncommitted sees the aborted records
+    (data, counted by the budget), and only the markers after them join."""
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 2)
+        _one_transaction(file_root, coord.endpoint, 20, 2, aborted_after=3)
+        # per partition: 0-19 data, 20 COMMIT, 21-23 aborted data, 24 ABORT
+        end = {("t", 0): 25, ("t", 1): 25}
+        budget = 20 if level == "read_committed" else 24
+        r = _reader(file_root, maxOffsetsPerTrigger=str(budget), **{"isolation.level": level})
+        ends, batches, _ = _drain(r, ReadMaxRows(budget))
+        half = {tp: budget // 2 for tp in end}
+        assert ends == [half, end]  # was three: the third only the aborted tail
+        values = [v for rows in batches for _, _, v in rows]
+        assert values.count(b"ABORTED") == (0 if level == "read_committed" else 6)
+        assert len(values) == (40 if level == "read_committed" else 46)
+        rows = sorted((p, o) for b in batches for p, o, _ in b)
+        assert len(rows) == len(set(rows))

@@ -25,9 +25,34 @@ from stream_helpers import (
     wait_for,
 )
 from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+from txnlog.datasource.read.lag_metrics import source_lag
 from txnlog.datasource.read.stream_checkpoint import clear_abandoned_first_batch
-from txnlog.datasource.read.stream_reader import rate_limit
+from txnlog.datasource.read.stream_reader import rate_limit, take_tails
 from txnlog.datasource.stream_offsets import decode
+
+
+def _data_ends(root: str, topic: str) -> dict[tuple[str, int], int]:
+    """Per partition, the offset after its last record a read_committed reader returns."""
+    out = {tp: 0 for tp in end_offsets(root, topic)}
+    for p, off, _, _ in read_values(root, topic):
+        out[(topic, p)] = max(out[(topic, p)], off + 1)
+    return out
+
+
+def _admitted(ends: dict, data: dict, budget: int) -> list[dict]:
+    """The batch ends of ``maxOffsetsPerTrigger`` = ``budget`` from offset 0, as
+    docs/streaming.md states the rule: Spark's Kafka proration of the budget over the
+    backlog up to where each partition's records end, and a partition that gets there takes
+    the markers after its last record with it."""
+    want, cur = [], {tp: 0 for tp in ends}
+    while cur != ends:
+        if sum(ends[tp] - cur[tp] for tp in ends) <= budget:
+            cur = dict(ends)
+        else:
+            upto = {tp: max(cur[tp], data[tp]) for tp in ends}
+            cur = take_tails(rate_limit(cur, upto, budget), upto, ends)
+        want.append(dict(cur))
+    return want
 
 
 def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord, tmp_path
@@ -48,11 +73,9 @@ def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord,
     q = (df.writeStream.foreachBatch(collect).option("checkpointLocation", str(ckpt))
          .trigger(availableNow=True).start())
     q.awaitTermination()
-    # The batch boundaries are exactly Spark's Kafka proration of 17 offsets per batch.
-    want, cur = [], {tp: 0 for tp in ends}
-    while cur != ends:
-        cur = rate_limit(cur, ends, 17)
-        want.append(dict(cur))
+    # The batch boundaries are exactly Spark's Kafka proration of 17 offsets per batch, up
+    # to where each partition's records end (markers after them join the batch).
+    want = _admitted(ends, _data_ends(file_root, "in"), 17)
     assert [decode(o) for o in offsets_log(ckpt)] == want
     assert len(want) > 3
     assert len(got) == 63 and len(set(got)) == 63
@@ -66,6 +89,47 @@ def test_max_offsets_per_trigger_and_available_now(spark, file_root: str, coord,
     q.awaitTermination()
     assert decode(offsets_log(ckpt)[-1]) == end_offsets(file_root, "in")
     assert sorted(got) == sorted(f"k{i}:9".encode() for i in range(7))
+
+
+def test_available_now_spends_no_micro_batch_on_markers(spark, file_root: str, coord,
+                                                        tmp_path) -> None:
+    """80 records in one transaction over 4 partitions, 20 per trigger: 84 offsets (each
+    partition's COMMIT marker takes one), and exactly 4 micro-batches of 20 records, where
+    counting every offset ran a fifth with the markers the budget left behind and nothing
+    else - a whole trigger and a sink transaction. Exactly once, and the checkpoint's
+    offsets, the group's and the lag end at each partition's LSO."""
+    client: CoordinatorClient = coord.client()
+    client.create_topic("in", 4)
+    expected = produce_keyed(file_root, coord.endpoint, "in", keys=8, per_key=10, txns=1)
+    ends = end_offsets(file_root, "in")
+    assert sum(ends.values()) == 80 + sum(1 for off in ends.values() if off)
+    data = _data_ends(file_root, "in")
+    assert rate_limit(rate_limit(rate_limit(rate_limit(
+        {tp: 0 for tp in ends}, ends, 20), ends, 20), ends, 20), ends, 20) != ends
+    ckpt = tmp_path / "ckpt"
+    q = (spark.readStream.format("txnlog").option("subscribe", "in")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20")
+         .option("groupId", "g-tail").option("coordinator", coord.endpoint).load(file_root)
+         .selectExpr("key", "concat(CAST('out:' AS BINARY), value) AS value")
+         .writeStream.format("txnlog").option("topic", "out")
+         .option("coordinator", coord.endpoint).option("checkpointLocation", str(ckpt))
+         .trigger(availableNow=True).start(file_root))
+    q.awaitTermination()
+    batches = [p for p in q.recentProgress if "addBatch" in p["durationMs"]]
+    assert [p["numInputRows"] for p in batches] == [20, 20, 20, 20]
+    assert [decode(o) for o in offsets_log(ckpt)] == _admitted(ends, data, 20)
+    assert len(offsets_log(ckpt)) == 4
+    assert decode(offsets_log(ckpt)[-1]) == ends
+    assert sorted(n for n in os.listdir(ckpt / "commits") if n.isdigit()) == \
+        ["0", "1", "2", "3"]
+    assert check_exactly_once(file_root, "out", expected) == 80
+    assert client.committed_offsets("g-tail") == ends
+    [lag] = source_lag(batches[-1])
+    assert lag["metrics"] == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "0",
+                              "avgOffsetsBehindLatest": "0.0"}
+    [first] = source_lag(batches[0])
+    behind = {tp: ends[tp] - off for tp, off in decode(offsets_log(ckpt)[0]).items()}
+    assert first["metrics"]["maxOffsetsBehindLatest"] == str(max(behind.values()))
 
 
 def test_latest_new_topics_and_read_committed(spark, file_root: str, coord) -> None:
@@ -169,23 +233,30 @@ def test_restart_after_a_kill_inside_the_first_offset_log_write(spark, file_root
     assert client.describe_txn(f"txnlog-sink-{query_id}")["last_committed_batch"] == batches - 1
 
 
-def _byte_batches(root: str, topic: str, end: int, budget: int) -> list[int]:
+def _byte_batches(root: str, topic: str, end: int, data_end: int, budget: int) -> list[int]:
     """The batch ends ``maxBytesPerTrigger`` gives on one partition from offset 0, as
-    docs/streaming.md states the rule: the backlog's bytes are estimated from the sizes of
-    the segment objects it spans (bytes per offset over those objects)."""
+    docs/streaming.md states the rule: the backlog's bytes up to the partition's last
+    record (``data_end``) are estimated from the sizes of the segment objects it spans
+    (bytes per offset over those objects), and a batch that gets to that record takes the
+    markers after it too."""
     from txnlog.log_format.reader import PartitionReader
     from txnlog.log_format.storage import Storage
 
-    segs = [(s.base_offset, end if s.end_offset is None else s.end_offset, s.size)
+    segs = [(s.base_offset, s.end_offset, s.size)
             for s in PartitionReader(Storage.for_url(root), topic, 0).segments()]
     begin, out = 0, []
     while begin < end:
-        spanned = [(b, e, size) for b, e, size in segs if e > begin and b < end and size]
-        per_offset = sum(s for _, _, s in spanned) / sum(max(1, e - b) for b, e, _ in spanned)
-        if (end - begin) * per_offset <= budget:
+        upto = max(begin, data_end)
+        spanned = [(b, upto if e is None else e, size) for b, e, size in segs
+                   if (upto if e is None else e) > begin and b < upto and size]
+        per_offset = (sum(s for _, _, s in spanned)
+                      / sum(max(1, e - b) for b, e, _ in spanned)) if spanned else 1.0
+        if (upto - begin) * per_offset <= budget:
             begin = end
         else:
-            begin = min(end, begin + max(1, int(budget // per_offset)))
+            begin = min(upto, begin + max(1, int(budget // per_offset)))
+            if begin >= upto:
+                begin = end
         out.append(begin)
     return out
 
@@ -203,7 +274,8 @@ def test_s3_root_max_bytes_per_trigger(spark, s3_root: str, tmp_path) -> None:
                                  aborted_every=2)
         ends = end_offsets(s3_root, "in")
         budget = 300  # a data object of this input is ~200 bytes, a marker object ~80
-        want = _byte_batches(s3_root, "in", ends[("in", 0)], budget)
+        want = _byte_batches(s3_root, "in", ends[("in", 0)],
+                             _data_ends(s3_root, "in")[("in", 0)], budget)
         ckpt = tmp_path / "ckpt"
         q = (spark.readStream.format("txnlog").option("subscribe", "in")
              .option("startingOffsets", "earliest").option("maxBytesPerTrigger", str(budget))
