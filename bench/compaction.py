@@ -1,4 +1,4 @@
-"""What compaction buys and costs: a fixed key space updated continuously (issue 16).
+"""What compaction buys and costs: a fixed key space updated continuously.
 
 Two topics get the same transactions, interleaved, from one producer against one real
 coordinator process (merging and compaction running by themselves):

@@ -396,7 +396,7 @@ def test_a_commit_planner_imports_no_codec() -> None:
     """Spark unpickles the tasks' commit messages in a driver-side planner before calling
     the sink's ``commit``; a fresh planner (every restarted application has them) must not
     import pyarrow or numba for that: ~0.5 s of CPU each when the messages' classes lived
-    beside the encoder (issue 17)."""
+    beside the encoder."""
     code = (
         "import pickle, sys\n"
         "from txnlog.datasource.write.commit_messages import TxnlogCommitMessage\n"

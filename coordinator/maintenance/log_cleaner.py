@@ -1,5 +1,5 @@
 """Compacting topics with ``cleanup.policy=compact``: Kafka's LogCleaner as a coordinator
-role (issue 16).
+role.
 
 A broker's cleaner threads pick the "filthiest" compacted log (``LogCleanerManager``),
 clean its closed segments into ``.cleaned`` files and swap them in. Here the closed

@@ -1,4 +1,4 @@
-"""Merging small objects into Kafka segments, and deleting what was merged (issue 12).
+"""Merging small objects into Kafka segments, and deleting what was merged.
 
 Kafka's brokers append to a segment file and roll it at ``segment.bytes``/``segment.ms``;
 object storage has no append, so every commit leaves small objects. The coordinator is the
@@ -143,7 +143,7 @@ class LogMerger:
             if isolate and spec is not None else None
         self._wake: asyncio.Event | None = None
         # other roles run in this loop, between finishing planned merges and new ones, so
-        # they never interleave with a merge of the partition: retention (issue 14) and the
+        # they never interleave with a merge of the partition: retention and the
         # log cleaner (it shares the manifest sequence too). They return the merges they
         # count against the tick's budget; ``blocked`` holds a partition's merges back
         # while a role has work planned there.

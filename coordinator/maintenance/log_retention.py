@@ -1,5 +1,5 @@
 """Retention and DeleteRecords: moving a partition's log start offset, deleting whole
-segments (issue 14).
+segments.
 
 Kafka's ``UnifiedLog.deleteOldSegments`` runs every ``log.retention.check.interval.ms`` and
 deletes, oldest first, the segments that breach one of three predicates:

@@ -78,7 +78,7 @@ def io_parallelism(pending: int, min_objects: int) -> int:
     and sent at once they are a burst the storage serves ahead of the commits that arrive
     meanwhile. On SeaweedFS sharing two cores with the coordinator, one-partition commits'
     p99 was 1.85x of merging off with 32 in flight, 1.67x with 4 and 1.10x with one
-    (bench/merge_isolation.py, session 11). Kafka's log cleaner has the same concern and
+    (bench/merge_isolation.py). Kafka's log cleaner has the same concern and
     the same kind of answer (``log.cleaner.io.max.bytes.per.second``). A merge one request
     at a time is slower, which is harmless while the merger keeps up; when it does not,
     the backlog grows and so does the parallelism, up to a full round of GETs (the

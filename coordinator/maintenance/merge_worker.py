@@ -222,7 +222,7 @@ def _worker_init(root: str, options: Mapping[str, Any], coordinator_pid: int) ->
     threading.Thread(target=_exit_when_orphaned, args=(coordinator_pid,), daemon=True,
                      name="merge-worker-watchdog").start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the coordinator decides when it stops
-    # no lower scheduling priority (it ran at nice +10 until session 9): on a machine at
+    # no lower scheduling priority (it once ran at nice +10): on a machine at
     # load ~18 the worker then got ~1% of the CPU, merging fell behind for good, and
     # readers listed ever longer tails of small objects (chaos consumers' polls 20x
     # slower than with the in-process merger). Merging has to keep up; the process is

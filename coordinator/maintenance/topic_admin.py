@@ -1,4 +1,4 @@
-"""The topic lifecycle operations a broker answers Kafka's tools (issue 14): DeleteRecords
+"""The topic lifecycle operations a broker answers Kafka's tools: DeleteRecords
 (``kafka-delete-records``) and IncrementalAlterConfigs (``kafka-configs --alter``).
 
 Each is a record in the coordinator's log, so a restart replays it, and each is published

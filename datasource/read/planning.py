@@ -137,7 +137,7 @@ def pack_ranges(ranges: list[OffsetRange], min_records: int) -> list[list[Offset
     A Spark task costs a fixed ~25-50 ms (scheduling, a Python worker round trip on each
     side, a txnlog sink's membership and flush) whatever it reads. Spark's Kafka source
     makes one task per topic-partition, so a micro-batch of 1,000 records over 4 partitions
-    ran 4 tasks, two waves on 2 cores: most of its latency (issue 17). Spark's file sources
+    ran 4 tasks, two waves on 2 cores: most of its latency. Spark's file sources
     pack small files into one task the same way (``spark.sql.files.openCostInBytes``). A
     range of ``min_records`` or more stays a task of its own (``maxRecordsPerPartition``
     still caps it), so no packed task reads more records than an unpacked range may; the

@@ -62,7 +62,7 @@ def rate_limit(begin: Mapping[TopicPartition, int], end: Mapping[TopicPartition,
     (largest remainders, ties in partition order), so a batch carries exactly ``budget``
     offsets: a backlog of N x maxOffsetsPerTrigger drains in N micro-batches, where the
     floor alone leaves up to one offset per partition behind in each and a last
-    micro-batch of leftovers pays a whole trigger's fixed cost (issue 17)."""
+    micro-batch of leftovers pays a whole trigger's fixed cost."""
     sizes = {tp: max(0, end[tp] - begin[tp]) for tp in end}
     total = sum(sizes.values())
     if total <= budget:

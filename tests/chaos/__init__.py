@@ -1,1 +1,1 @@
-"""Fault-injection harness with Jepsen-style checks (issue 7); entry point: run.py."""
+"""Fault-injection harness with Jepsen-style checks; entry point: run.py."""

@@ -154,7 +154,7 @@ def _reads(op: dict[str, Any]) -> Iterable[tuple[str, int, int]]:
 
 def check(ops_in: Iterable[dict[str, Any]], compacted: bool = False) -> Result:
     """Every check over one history. ``compacted``: the topics have
-    ``cleanup.policy=compact`` (issue 16), so a value may disappear once it is superseded
+    ``cleanup.policy=compact``, so a value may disappear once it is superseded
     (see ``compaction.superseded``), and a read_uncommitted read may stop showing aborted
     data the cleaner removed; nothing else may."""
     ops = list(ops_in)

@@ -1,4 +1,4 @@
-"""What the checker allows on compacted topics (issue 16): only superseded values vanish.
+"""What the checker allows on compacted topics: only superseded values vanish.
 
 A compacted topic keeps the latest record per key, so a committed value may disappear
 from later reads once a later committed record of the same key in the same partition

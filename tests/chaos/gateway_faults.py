@@ -1,4 +1,4 @@
-"""The Kafka-gateway fault classes of the chaos harness (issue 18): a `txnlog gateway`
+"""The Kafka-gateway fault classes of the chaos harness: a `txnlog gateway`
 serving Kafka clients (chaos/kafka_workload.py) that is SIGKILLed and restarted on the same
 port, alone (``gateway-kill``) or with the coordinator killed too (``gateway-coordinator-
 kill``: the gateway follows the new coordinator through ``_coordinator.json``).

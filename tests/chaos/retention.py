@@ -1,4 +1,4 @@
-"""Retention in the chaos harness (issue 14): what ``run.py --retention`` adds.
+"""Retention in the chaos harness: what ``run.py --retention`` adds.
 
 The chaos topics get ``retention.bytes`` (a few segments of 2 KiB: closed segments are
 deleted many times a minute) and the coordinators check retention every 300 ms; a thread

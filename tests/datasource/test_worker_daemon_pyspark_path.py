@@ -1,4 +1,4 @@
-"""``worker_daemon.prefer_compiled_pyspark`` (issue 17): a Spark Python process imports
+"""``worker_daemon.prefer_compiled_pyspark``: a Spark Python process imports
 pyspark from ``$SPARK_HOME/python/lib/pyspark.zip``, which holds no bytecode, so every fresh
 daemon compiles pyspark's modules again. The daemon swaps the zip for the installed pyspark
 only when the two hold the same source; a zip that differs in one module is kept.

@@ -72,7 +72,7 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
         err = cli("topics", "create", "--topic", "fresh", "--partitions", "4", code=1).stderr
         assert "TopicAlreadyExists" in err
         cli("topics", "create", "--topic", "fresh", "--partitions", "4", "--if-not-exists")
-        # topic delete and adding partitions are real since issue 14 (they exited 3)
+        # topic delete and adding partitions change the root (not an "unsupported" exit 3)
         cli("topics", "alter", "--topic", "fresh", "--partitions", "5")
         cli("topics", "create", "--topic", "doomed", "--partitions", "1")
         assert "Topic doomed deleted." in cli("topics", "delete", "--topic", "doomed").stdout
@@ -158,7 +158,7 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
         assert cfg["retention.ms"]["source"] == "DEFAULT_CONFIG"
         assert "All configs for topic in are:" in cli("configs", "describe", "--topic",
                                                       "in").stdout
-        # real since issue 14; a value that deletes nothing under the live query
+        # a real change; a value that deletes nothing under the live query
         cli("configs", "alter", "--topic", "in", "--add-config", "retention.ms=604800001")
         cfg = {c["name"]: c for c in cli.json("configs", "describe", "--entity-type",
                                               "topics", "--entity-name", "in")}
@@ -179,7 +179,7 @@ def test_admin_commands_against_a_live_streaming_query(spark, file_root: str, co
                         "0")[0]["offset"] == 0
         cli("get-offsets", "--time", "banana", code=2)
 
-        # ---- delete-records (real since issue 14) on another topic: the live query's
+        # ---- delete-records on another topic: the live query's
         # input keeps its log start
         spec = tmp_path / "delete.json"
         spec.write_text(json.dumps({"partitions": [{"topic": "fresh", "partition": 0,

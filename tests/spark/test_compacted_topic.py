@@ -1,4 +1,4 @@
-"""Spark and compacted topics (issue 16): a write of a null key to a topic with
+"""Spark and compacted topics: a write of a null key to a topic with
 ``cleanup.policy=compact`` fails with Kafka's InvalidRecord reason and leaves nothing
 visible; a batch read of a compacted topic gives the same latest-per-key table before and
 after the coordinator compacted it (against a real coordinator process)."""

@@ -1,4 +1,4 @@
-"""Spark and Kafka clients on one root, through ``txnlog gateway`` (issue 18).
+"""Spark and Kafka clients on one root, through ``txnlog gateway``.
 
 What Spark writes, librdkafka and kafka-python consume (read_committed, exactly Spark's
 rows); what a Kafka producer writes through the gateway, ``spark.read`` reads.

@@ -1,4 +1,4 @@
-"""Several hosts (issue 13): a Spark standalone cluster whose workers live in network
+"""Several hosts: a Spark standalone cluster whose workers live in network
 namespaces of their own, and a coordinator in a third, reachable only at its advertised
 address and only with the token.
 
@@ -10,8 +10,8 @@ gets the token from its environment and no ``coordinator`` option; executors get
 so the endpoint and the token must travel with the job. While tasks write, the test
 SIGKILLs the executor in ``w1`` (batch write) and then the one in ``w2`` (exactly-once
 stream). Then: every row once, the stream's output exactly once and in order, and the
-coordinator epoch never moved (before issue 13, executors that could not reach the
-driver's 127.0.0.1 coordinator started their own: epochs 0, 1, 2 in three commits).
+coordinator epoch never moved (executors that cannot reach a 127.0.0.1 coordinator must
+not start their own: that took epochs 0, 1, 2 in three commits).
 
 Where namespaces are unavailable the test says so and runs ``local-cluster[2,1,1024]``
 with the coordinator on 127.0.0.1 instead.

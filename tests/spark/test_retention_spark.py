@@ -1,4 +1,4 @@
-"""Spark sources under retention (issue 14): spark-sql-kafka's ``failOnDataLoss``.
+"""Spark sources under retention: spark-sql-kafka's ``failOnDataLoss``.
 
 A running stream that falls behind retention: ``failOnDataLoss=true`` fails naming the lost
 range, ``false`` warns and goes on at the log start (never waits, never re-reads); a batch

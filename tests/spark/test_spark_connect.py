@@ -1,4 +1,4 @@
-"""Spark Connect (issue 13): a ``SparkSession.builder.remote("local[2]")`` client writes,
+"""Spark Connect: a ``SparkSession.builder.remote("local[2]")`` client writes,
 reads and runs an exactly-once stream through txnlog (connect_driver.py, its own process:
 a Connect session cannot share a Python process with the suite's classic session)."""
 

@@ -1,4 +1,4 @@
-"""``spark.python.daemon.module=txnlog.datasource.worker_daemon`` (issue 17's first query):
+"""``spark.python.daemon.module=txnlog.datasource.worker_daemon`` (a fast first query):
 a batch write, a read and an exactly-once stream through task workers forked from a daemon
 that preloaded txnlog, in a Spark session of its own (daemon_driver.py). The workers'
 parent has numba's LLVM and Arrow loaded: the preload happened before the fork (the plain

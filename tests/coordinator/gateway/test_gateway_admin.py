@@ -1,4 +1,4 @@
-"""Kafka's admin APIs through ``txnlog gateway`` (issue 18): AdminClients manage a root.
+"""Kafka's admin APIs through ``txnlog gateway``: AdminClients manage a root.
 
 Real processes: a coordinator and a gateway over a file root. confluent-kafka's
 ``AdminClient`` and kafka-python's ``KafkaAdminClient`` create topics (then produce and

@@ -1,4 +1,4 @@
-"""Kafka producers and consumer groups through ``txnlog gateway`` (issue 18).
+"""Kafka producers and consumer groups through ``txnlog gateway``.
 
 Real processes: a coordinator and a gateway over a file root. librdkafka's idempotent
 producer and kafka-python's plain producer write through the gateway; txnlog's own reader

@@ -1,4 +1,4 @@
-"""The gateway with the coordinator's token (SASL/PLAIN) and TLS (issue 18).
+"""The gateway with the coordinator's token (SASL/PLAIN) and TLS.
 
 A coordinator that requires its bearer token, a gateway given the same token file: Kafka
 clients must authenticate with SASL/PLAIN (password = the token) over TLS; a wrong password

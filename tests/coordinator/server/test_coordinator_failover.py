@@ -1,4 +1,4 @@
-"""Failover to a standby coordinator (issue 13), on file and S3 roots.
+"""Failover to a standby coordinator, on file and S3 roots.
 
 A standby (``txnlog coordinator --standby``) watches ``_coordinator.json``; when the serving
 coordinator is SIGKILLed it takes the log over (coordinator epoch + 1) and registers, and

@@ -1,4 +1,4 @@
-"""The coordinator as a service (issue 13): token, TLS, who may start one, stopping.
+"""The coordinator as a service: token, TLS, who may start one, stopping.
 
 - every operation needs the bearer token (401 without or with a wrong one, logged without
   the token); /healthz is open, /metrics only behind --protect-metrics;
@@ -212,8 +212,8 @@ def test_a_process_that_may_not_start_one_never_does(tmp_path: Path) -> None:
 def test_a_spark_task_never_starts_a_coordinator(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch writer built on the driver carries the endpoint; its task (``write``) with
-    the coordinator gone fails with the clear error and starts none (before issue 13 it
-    started one of its own and took the log over)."""
+    the coordinator gone fails with the clear error and starts none (a writer that started one of its
+    own would take the log over)."""
     import pickle
 
     from pyspark.sql.types import BinaryType, StructField, StructType

@@ -248,7 +248,7 @@ def test_snapshot_restore_round_trip() -> None:
 
 def test_snapshot_holds_only_written_partitions_and_restores_every_one() -> None:
     """A snapshot is serialized on the event loop, so it must not cost the root's breadth
-    (issue 12): partitions nothing was reserved in are left out, and restoring makes them
+   : partitions nothing was reserved in are left out, and restoring makes them
     again from the topics, so the restored state equals the live one partition for
     partition (and publishes the same HW/LSO for every one of them)."""
     from txnlog.coordinator.state.partition_state import visible_offsets

@@ -1,4 +1,4 @@
-"""Stable heads over bases (issue 12, publishing): what a commit writes no longer grows with
+"""Stable heads over bases (publishing): what a commit writes no longer grows with
 the root, and readers still see a transaction in all partitions or in none, never go
 backwards, never trust a fenced coordinator's late object, and refuse a corrupt one.
 
