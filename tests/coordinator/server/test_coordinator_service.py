@@ -212,8 +212,8 @@ def test_a_process_that_may_not_start_one_never_does(tmp_path: Path) -> None:
 def test_a_spark_task_never_starts_a_coordinator(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch writer built on the driver carries the endpoint; its task (``write``) with
-    the coordinator gone fails with the clear error and starts none (a writer that started one of its
-    own would take the log over)."""
+    the coordinator gone fails with the clear error and starts none (a writer that started
+    one of its own would take the log over)."""
     import pickle
 
     from pyspark.sql.types import BinaryType, StructField, StructType
