@@ -149,6 +149,7 @@ class Outcome:
     deleted_by_retention: int = 0  # committed records below the final log start (--retention)
     delete_records: int = 0  # DeleteRecords that moved a log start (--retention)
     faults_injected: int = 0
+    bugs: list[str] = field(default_factory=list)  # errors no fault explains (workload.BUG)
     seconds: float = 0.0
     history: str = ""
     error: str | None = None
@@ -961,6 +962,7 @@ class Scenario:
         watcher.join(30)
         ops = list(read_history(self.hist_dir))
         self.merge_stats(out, ops)
+        out.bugs = self.bugs(ops)
         res = checker.check(ops, compacted=compacting())
         (self.dir / "check.txt").write_text(res.summary() + "\n")
         out.anomalies = res.counts
@@ -982,11 +984,28 @@ class Scenario:
             out.error = "no Spark job committed: the Spark run proves nothing"
         if not out.merges and out.committed >= MERGEABLE:
             out.error = "nothing was merged: the run proves nothing about merging"
+        if out.bugs:
+            out.error = (f"{len(out.bugs)} errors no fault explains (a bug, not a fault), "
+                         f"e.g. {out.bugs[0]}")
         if self.retention:
             out.deleted_by_retention = res.stats.get("deleted_by_retention", 0)
             out.delete_records = sum(1 for op in ops if op.get("what") == "delete-records")
             if not out.deleted_by_retention and out.committed >= 20:
                 out.error = "retention deleted no committed record: the run proves nothing"
+
+    def bugs(self, ops: list[dict[str, Any]]) -> list[str]:
+        """Errors the workload recorded (or a worker died of) that are no fault's doing:
+        a TypeError, an AttributeError... (``workload.BUG``). The workload records any
+        exception it does not know as an unknown outcome, which the checker accepts; these
+        fail the run instead."""
+        out = [f"{op.get('proc')} {op['f']}: {text}" for op in ops
+               for text in (op.get("error"), op.get("answer")) if workload.is_bug(text)]
+        for log_file in sorted([*self.dir.glob("w*.log"), *self.dir.glob("c*.log")]):
+            text = log_file.read_text(errors="replace")
+            out += [f"{log_file.name}: {m.group(0)}"
+                    for m in re.finditer(r"^.*\S.*$", text, re.MULTILINE)
+                    if workload.BUG.match(m.group(0))]
+        return out
 
     def wait_spark_jobs(self, until: float) -> None:
         """Every live driver's jobs are done (its last transaction decided) before the final
