@@ -1000,7 +1000,8 @@ class Scenario:
         fail the run instead."""
         out = [f"{op.get('proc')} {op['f']}: {text}" for op in ops
                for text in (op.get("error"), op.get("answer")) if workload.is_bug(text)]
-        for log_file in sorted([*self.dir.glob("w*.log"), *self.dir.glob("c*.log")]):
+        # the workers' logs (w<N>, c<N>), not the coordinators' (coord-<N>)
+        for log_file in sorted([*self.dir.glob("w[0-9]*.log"), *self.dir.glob("c[0-9]*.log")]):
             text = log_file.read_text(errors="replace")
             out += [f"{log_file.name}: {m.group(0)}"
                     for m in re.finditer(r"^.*\S.*$", text, re.MULTILINE)
