@@ -89,6 +89,35 @@ def producer(root: str, endpoint: str, tid: str) -> TransactionalProducer:
     return p
 
 
+def test_every_planted_bug_has_a_test() -> None:
+    """Every switch in ``planted_bugs`` is planted by some test: its name is a string in a
+    test function of tests/ (its body or its decorators: a parametrize id, the
+    TXNLOG_UNSAFE value it sets), read from the tests themselves. A switch nothing plants
+    proves nothing: the mechanism it turns off may be untested. The module's docstring,
+    which says where each acts, lists exactly the switches too."""
+    import ast
+    import re
+
+    from txnlog.log_format import planted_bugs
+
+    documented = set(re.findall(r"^- ``(\w+)``:", planted_bugs.__doc__ or "", re.MULTILINE))
+    assert documented == set(planted_bugs.NAMES), documented ^ set(planted_bugs.NAMES)
+    planted: dict[str, list[str]] = {}
+    tests_dir = Path(__file__).resolve().parents[1]
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) \
+                    or not fn.name.startswith("test_") \
+                    or fn.name == "test_every_planted_bug_has_a_test":
+                continue
+            for node in [*fn.decorator_list, *fn.body]:
+                for c in ast.walk(node):
+                    if isinstance(c, ast.Constant) and c.value in planted_bugs.NAMES:
+                        planted.setdefault(c.value, []).append(f"{path.name}::{fn.name}")
+    missing = sorted(planted_bugs.NAMES - set(planted))
+    assert not missing, f"planted bugs no test plants: {missing}"
+
+
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "ignore_lso"])
 def test_ignore_lso_is_a_read_past_lso(planted: bool, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
@@ -604,6 +633,66 @@ def test_read_below_log_start_is_caught(planted: bool, tmp_path: Path,
         assert "read-below-log-start" in found, found
     else:
         assert found == {}
+
+
+@pytest.mark.parametrize("planted", [False, True],
+                         ids=["safe", "retention_deletes_kept_segment"])
+def test_retention_deletes_kept_segment_loses_a_segment_the_manifest_names(
+        planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """retention.bytes drops the oldest closed segments; after the grace period exactly
+    those are deleted, and a read from the new log start gets every record from there to
+    the end. With the planted bug the first segment the new manifest still names is
+    deleted with them: it is missing from storage and the read fails (an error, not a
+    history anomaly: no reader returns wrong records, which is why the checker cannot be
+    the judge here and the test looks at storage and the read)."""
+    from txnlog.log_format.reader import PartitionReader
+
+    from .run import MERGE_ARGS
+
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "retention_deletes_kept_segment")  # the coordinator's
+    root = (tmp_path / "root").as_uri()
+    proc = CoordinatorProc(root, log_path=tmp_path / "c.log",
+                           extra=[*MERGE_ARGS, "--retention-check-interval-ms", "200"])
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    storage = Storage.for_url(root)
+    try:
+        proc.wait_healthy()
+        proc.client().create_topic(TOPIC, 1, {"segment.bytes": 2048, "retention.bytes": 6144,
+                                              "file.delete.delay.ms": 2000})
+        a = producer(root, proc.endpoint, "A")  # type: ignore[arg-type]
+        for i in range(80):
+            a.begin_transaction()
+            a.send(TOPIC, str(i).encode().ljust(60, b"."), key=b"k", partition=0)
+            a.commit_transaction()
+
+        def dropped_deleted() -> Any:
+            man = read_latest_manifest(storage, TOPIC, 0)
+            if man is None or man.log_start_offset == 0:
+                return None
+            first = man.objects[0].base_offset
+            older = [o.name for o in storage.list(layout.merged_dir(TOPIC, 0, 0))
+                     if int(o.name[:layout.OFFSET_DIGITS]) < first]
+            return None if older else man
+        deadline = time.monotonic() + 120
+        while (man := dropped_deleted()) is None:
+            assert time.monotonic() < deadline, "retention dropped nothing, or kept it"
+            time.sleep(0.2)
+        missing = [p for o in man.objects for p in o.paths(TOPIC, 0) if not storage.exists(p)]
+        reader = PartitionReader(storage, TOPIC, 0)
+        if planted:
+            assert missing and set(missing) <= set(man.objects[0].paths(TOPIC, 0)), missing
+            with pytest.raises(FileNotFoundError, match=man.objects[0].path(TOPIC, 0)):
+                reader.read_table()
+        else:
+            assert missing == []
+            got = reader.read_table()
+            # from the log start: one transaction is a record and its marker
+            assert 0 <= got.column("offset")[0].as_py() - man.log_start_offset <= 1
+            values = [int(v.split(b".")[0]) for v in got.column("value").to_pylist()]
+            assert values == list(range(80 - len(values), 80)) and len(values) < 80
+    finally:
+        proc.stop()
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "gateway_fetch_ignores_lso"])
