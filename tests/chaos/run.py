@@ -154,6 +154,7 @@ class Outcome:
     deleted_by_retention: int = 0  # committed records below the final log start (--retention)
     delete_records: int = 0  # DeleteRecords that moved a log start (--retention)
     faults_injected: int = 0
+    coordinators: int = 0  # coordinator processes started (each after the first replaced one)
     bugs: list[str] = field(default_factory=list)  # errors no fault explains (workload.BUG)
     seconds: float = 0.0
     history: str = ""
@@ -943,6 +944,7 @@ class Scenario:
             self.cleanup()
         out.seconds = round(time.monotonic() - t0, 1)
         out.faults_injected = self.injected
+        out.coordinators = len(self.coords)
         return out
 
     def _run(self, out: Outcome) -> None:
