@@ -3,10 +3,11 @@
 A Spark Python worker is a fresh process: if a kernel's cache entry missed (another source
 timestamp, a signature the cache never saw), the worker's first task would compile it for
 seconds. Here ``warm_up()`` fills an empty cache of the test's own (not the session's,
-which other tests fill), then new interpreters run the calls Spark's tasks make — the task writer's routing and encoding into its aligned buffers,
-a decode of a segment memory-mapped from storage, as ``PartitionReader`` reads, the planning code
-— and count numba's cache misses (each one is a compilation), and check that the loads
-skipped numba's whole-target refresh (``kernel_loading``). Also: the driver-side
+which other tests fill), then new interpreters run the calls Spark's tasks make — the task
+writer's routing and encoding into its aligned buffers, a decode of a segment memory-mapped
+from storage, as ``PartitionReader`` reads, the planning code — and count numba's cache
+misses (each one is a compilation), and check that the loads skipped numba's whole-target
+refresh (``kernel_loading``). Also: the driver-side
 processes of a stream (the source's planner, the sink's commit) import no numba at all.
 """
 
