@@ -520,15 +520,20 @@ def test_merge_above_lso_loses_a_late_write(planted: bool, tmp_path: Path,
         assert found == {}
 
 
-@pytest.mark.parametrize(("planted", "fault"), [("trust_merged_away", "zombie"),
-                                                ("delete_before_grace", "none")])
-def test_the_harness_catches_merging_bugs(planted: str, fault: str, tmp_path: Path) -> None:
+# seed 7: a producer's second transaction is a late-write zombie (the workers' choices
+# follow the seed), so its name is freed under it on a loaded machine too; with seed 5 the
+# first one comes at the 17th, which a loaded 2-core machine reaches at the 12 s deadline,
+# too late for its name to be freed before the run stops (nothing to catch)
+@pytest.mark.parametrize(("planted", "fault", "seed"), [("trust_merged_away", "zombie", 7),
+                                                        ("delete_before_grace", "none", 5)])
+def test_the_harness_catches_merging_bugs(planted: str, fault: str, seed: int,
+                                          tmp_path: Path) -> None:
     """The chaos harness itself (short profile, merging all the time) reports the planted
     merging bugs: its late-write zombies and slow tailing readers (workload.py) meet them."""
     from .run import PROFILES, run_all
 
-    (res,) = run_all([fault], ["file"], PROFILES["short"], tmp_path, seed=5, unsafe=planted,
-                     log=print)
+    (res,) = run_all([fault], ["file"], PROFILES["short"], tmp_path, seed=seed,
+                     unsafe=planted, log=print)
     assert res.error is None, res.error
     assert res.anomalies, res
 
