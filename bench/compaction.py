@@ -142,8 +142,8 @@ def main() -> None:
         return
 
     from coordinator_proc import CoordinatorProc
-    from txnlog.coordinator.client.coordinator_client.coordinator_client import CoordinatorClient
-    from txnlog.coordinator.client.coordinator_client.producer import TransactionalProducer
+    from txnlog.coordinator.client.coordinator_client import CoordinatorClient
+    from txnlog.coordinator.client.producer import TransactionalProducer
 
     root = Path(tempfile.mkdtemp(prefix="bench-compaction-"))
     url = f"file://{root}"

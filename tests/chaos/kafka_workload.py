@@ -42,11 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from .history import HistoryWriter, tp_key
-from .workload import TOPICS, key_space, partitions
-
-
-def err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
+from .workload import TOPICS, err, key_space, partitions
 
 
 def kafka_error(exc: BaseException) -> Any:

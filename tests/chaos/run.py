@@ -111,6 +111,11 @@ ONE_SHOT_P = 0.3
 # and that says nothing about merging; one that committed more and merged nothing is an error
 MERGEABLE = 20
 
+# Garbage is deleted by the coordinator's cleanup pass (every merge interval) once due: the
+# check for objects missing from storage waits this long after the newest manifest's grace
+# period, so what that manifest's predecessors named is gone (coalescing may move it ~1 s)
+GARBAGE_MARGIN_MS = 2000
+
 PROFILES = {
     "short": Profile(producers=3, txns_per_producer=40, duration=12.0),
     "long": Profile(producers=4, txns_per_producer=300, duration=240.0, consumers=2),
@@ -149,6 +154,8 @@ class Outcome:
     deleted_by_retention: int = 0  # committed records below the final log start (--retention)
     delete_records: int = 0  # DeleteRecords that moved a log start (--retention)
     faults_injected: int = 0
+    coordinators: int = 0  # coordinator processes started (each after the first replaced one)
+    bugs: list[str] = field(default_factory=list)  # errors no fault explains (workload.BUG)
     seconds: float = 0.0
     history: str = ""
     error: str | None = None
@@ -597,6 +604,42 @@ class Scenario:
             time.sleep(0.5)
         self.note("not-cleaned", left=left)
 
+    def missing_named_objects(self, timeout: float = 30.0) -> list[str]:
+        """Objects the partitions' latest manifests name that are not on storage: none may
+        be (readers trust a manifest). Checked once what the manifests no longer name
+        (closed segments dropped by retention, replaced by compaction, runs merged) is
+        deleted: the closed segments below each manifest's first object are gone and the
+        newest manifest's grace period is over, so a deletion that took a named object with
+        them shows (bounded: the grace period is 2 s; a leftover after ``timeout`` is
+        noted, not an error)."""
+        from txnlog.log_format import layout
+        from txnlog.log_format.manifest import read_latest_manifest
+
+        storage = Storage.for_url(self.root)
+        deadline = time.monotonic() + timeout
+        due_ms = 0
+        while True:
+            missing: list[str] = []
+            left = 0
+            for topic, p in workload.partitions():
+                man = read_latest_manifest(storage, topic, p)
+                if man is None:
+                    continue
+                # what the manifest before it named goes once its grace period is over
+                due_ms = max(due_ms, man.written_ms + man.grace_ms + GARBAGE_MARGIN_MS)
+                first = man.objects[0].base_offset if man.objects else man.start_offset
+                for obj in storage.list(layout.merged_dir(topic, p, 0)):
+                    parsed = layout.parse_segment_name(obj.name)
+                    left += parsed is not None and parsed.base_offset < first
+                missing += [path for o in man.objects for path in o.paths(topic, p)
+                            if not storage.exists(path)]
+            if missing or (not left and time.time() * 1000 > due_ms):
+                return missing
+            if time.monotonic() > deadline:
+                self.note("dropped-segments-left", left=left)
+                return missing
+            time.sleep(0.5)
+
     def merge_stats(self, out: Outcome, ops: list[dict[str, Any]]) -> None:
         """What merging and cleanup did in this run (from storage and the history)."""
         from txnlog.log_format import layout
@@ -901,6 +944,7 @@ class Scenario:
             self.cleanup()
         out.seconds = round(time.monotonic() - t0, 1)
         out.faults_injected = self.injected
+        out.coordinators = len(self.coords)
         return out
 
     def _run(self, out: Outcome) -> None:
@@ -957,10 +1001,12 @@ class Scenario:
         if self.spark:
             self.finish_spark()
         self.wait_cleaned()
+        missing = self.missing_named_objects()
         self.stop_watch.set()
         watcher.join(30)
         ops = list(read_history(self.hist_dir))
         self.merge_stats(out, ops)
+        out.bugs = self.bugs(ops)
         res = checker.check(ops, compacted=compacting())
         (self.dir / "check.txt").write_text(res.summary() + "\n")
         out.anomalies = res.counts
@@ -982,11 +1028,32 @@ class Scenario:
             out.error = "no Spark job committed: the Spark run proves nothing"
         if not out.merges and out.committed >= MERGEABLE:
             out.error = "nothing was merged: the run proves nothing about merging"
+        if missing:
+            out.error = (f"the latest manifests name {len(missing)} objects missing from "
+                         f"storage, e.g. {missing[:2]}")
+        if out.bugs:
+            out.error = (f"{len(out.bugs)} errors no fault explains (a bug, not a fault), "
+                         f"e.g. {out.bugs[0]}")
         if self.retention:
             out.deleted_by_retention = res.stats.get("deleted_by_retention", 0)
             out.delete_records = sum(1 for op in ops if op.get("what") == "delete-records")
             if not out.deleted_by_retention and out.committed >= 20:
                 out.error = "retention deleted no committed record: the run proves nothing"
+
+    def bugs(self, ops: list[dict[str, Any]]) -> list[str]:
+        """Errors the workload recorded (or a worker died of) that are no fault's doing:
+        a TypeError, an AttributeError... (``workload.BUG``). The workload records any
+        exception it does not know as an unknown outcome, which the checker accepts; these
+        fail the run instead."""
+        out = [f"{op.get('proc')} {op['f']}: {text}" for op in ops
+               for text in (op.get("error"), op.get("answer")) if workload.is_bug(text)]
+        # the workers' logs (w<N>, c<N>), not the coordinators' (coord-<N>)
+        for log_file in sorted([*self.dir.glob("w[0-9]*.log"), *self.dir.glob("c[0-9]*.log")]):
+            text = log_file.read_text(errors="replace")
+            out += [f"{log_file.name}: {m.group(0)}"
+                    for m in re.finditer(r"^.*\S.*$", text, re.MULTILINE)
+                    if workload.BUG.match(m.group(0))]
+        return out
 
     def wait_spark_jobs(self, until: float) -> None:
         """Every live driver's jobs are done (its last transaction decided) before the final

@@ -160,38 +160,70 @@ def test_list_offsets_match_txnlog(served: Root) -> None:
 
 
 def test_long_poll_answers_when_data_arrives(served: Root) -> None:
-    """A consumer at the end waits in Fetch (fetch_max_wait_ms) and gets a new commit."""
-    kc = KafkaConsumer(bootstrap_servers=served.gateway.bootstrap,
-                       isolation_level="read_committed", enable_auto_commit=False,
-                       fetch_max_wait_ms=5000)
-    try:
-        tps = [KTP(TOPIC, p) for p in range(PARTITIONS)]
-        kc.assign(tps)
-        kc.seek_to_end(*tps)
-        for tp in tps:
-            kc.position(tp)
+    """A Fetch at the end of every partition (max_wait 60 s, min_bytes 1) waits in the
+    gateway and answers with a commit made while it waits. One request, one answer: a
+    gateway whose Fetch never waits answers it empty (re-polling clients would hide that)."""
+    import datetime
+    import io
 
-        def write() -> None:
-            time.sleep(1.0)
-            with TransactionalProducer(served.root, "gw-late",
-                                       coordinator=served.coord.endpoint) as p:
-                p.init_transactions()
-                p.begin_transaction()
-                p.send(TOPIC, b"late", key=b"x")
-                p.commit_transaction()
+    from kafka.record.memory_records import MemoryRecords
+    from kio.index import load_response_schema
+    from kio.schema.fetch.v4 import request as fr
+    from kio.serial import entity_reader, entity_writer
 
-        t = threading.Thread(target=write)
+    port = served.gateway.port
+    assert port is not None
+    ends = {o["partition"]: o["lso"]
+            for o in served.coord.client().describe_topic(TOPIC)["offsets"]}
+    assert len(ends) == PARTITIONS
+    request = fr.FetchRequest(
+        max_wait=datetime.timedelta(seconds=60), min_bytes=1, isolation_level=1,
+        topics=(fr.FetchTopic(topic=TOPIC, partitions=tuple(
+            fr.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=1 << 20)
+            for p, o in sorted(ends.items()))),))
+    buf = io.BytesIO()
+    header_cls = fr.FetchRequest.__header_schema__
+    entity_writer(header_cls)(buf, header_cls(request_api_key=1, request_api_version=4,
+                                              correlation_id=9, client_id="long-poll"))
+    entity_writer(fr.FetchRequest)(buf, request)
+
+    def write() -> None:  # once the Fetch is in (it waits up to 60 s)
+        time.sleep(1.0)
+        with TransactionalProducer(served.root, "gw-late",
+                                   coordinator=served.coord.endpoint) as p:
+            p.init_transactions()
+            p.begin_transaction()
+            p.send(TOPIC, b"late", key=b"x")
+            p.commit_transaction()
+
+    t = threading.Thread(target=write)
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as s:
+        s.sendall(struct.pack(">i", buf.getbuffer().nbytes) + buf.getvalue())
         t.start()
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while not got and time.monotonic() < deadline:
-            for recs in kc.poll(timeout_ms=1000).values():
-                got += [r.value for r in recs]
-        t.join()
-        assert got == [b"late"]
-    finally:
-        kc.close()
+        size = struct.unpack(">i", _recv_exactly(s, 4))[0]
+        frame = _recv_exactly(s, size)
+    t.join()
     served.committed.add("late")
+    resp_cls = load_response_schema(1, 4)
+    _header, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    resp = entity_reader(resp_cls)(frame, n)[0]
+    got = []
+    for topic in resp.responses:
+        for part in topic.partitions:
+            assert part.error_code.value == 0, part
+            records = MemoryRecords(bytes(part.records or b""))
+            while (batch := records.next_batch()) is not None:
+                got += [r.value for r in batch if not batch.is_control_batch]
+    assert got == [b"late"]
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "the gateway closed the connection"
+        out += chunk
+    return out
 
 
 def test_unknown_topic_and_out_of_range(served: Root) -> None:
@@ -265,10 +297,16 @@ def test_api_versions_unsupported_version_is_answered(served: Root) -> None:
     _frame(1, 4, 1, b"\x00" * 3),                  # truncated Fetch
 ])
 def test_bad_frames_close_the_connection_and_nothing_else(served: Root, data: bytes) -> None:
+    """Closed as refused input (the gateway says why), not by a handler that crashed on it:
+    a crash closes the connection too, and logs its traceback."""
     port = served.gateway.port
     assert port is not None
+    before = len(served.gateway.log_text())
     assert _exchange(port, data) == b""
     assert served.gateway.alive() and _api_versions_ok(port)
+    said = served.gateway.log_text()[before:]
+    assert "; closing" in said, said
+    assert "Traceback" not in said and "failed; closing" not in said, said
 
 
 def test_fuzzed_frames_never_crash_or_wedge(served: Root) -> None:

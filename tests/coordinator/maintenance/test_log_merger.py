@@ -363,6 +363,7 @@ def test_a_merge_worker_whose_coordinator_died_while_it_started_exits(tmp_path: 
     import sys
 
     started = tmp_path / "worker.pid"
+    stderr = tmp_path / "worker.stderr"
     worker = (
         "import os, sys, time\n"
         "coordinator = os.getppid()\n"
@@ -371,9 +372,12 @@ def test_a_merge_worker_whose_coordinator_died_while_it_started_exits(tmp_path: 
         "from txnlog.coordinator.maintenance.merge_worker import _worker_init\n"
         f"_worker_init({'file://' + str(tmp_path)!r}, {{}}, coordinator)\n"
         "time.sleep(120)\n")
+    # the worker's stderr to a file: it must exit through the orphan check, not die of an
+    # exception (an ImportError or a TypeError ends it too, with a traceback there)
     fake_coordinator = subprocess.Popen(
         [sys.executable, "-c",
-         f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {worker!r}])\n"
+         f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {worker!r}], "
+         f"stderr=open({str(stderr)!r}, 'wb'))\n"
          "time.sleep(120)\n"])
     try:
         deadline = time.monotonic() + 60
@@ -391,3 +395,4 @@ def test_a_merge_worker_whose_coordinator_died_while_it_started_exits(tmp_path: 
             os.kill(pid, signal.SIGKILL)
             raise AssertionError("an orphaned merge worker kept running")
         time.sleep(0.2)
+    assert stderr.read_text() == "", stderr.read_text()

@@ -176,8 +176,21 @@ def test_offsets_in_transaction(coord: CoordinatorProc) -> None:
     p = offsets_partition(group)
     found = check_partition(st, "__consumer_offsets", p)
     assert [m[2] for m in found["markers"]][-2:] == [ControlType.ABORT, ControlType.COMMIT]
+    # read_committed: exactly the committed transaction's one OffsetCommit record; the
+    # aborted transaction's two (offsets 42 and 7) are in the log but never visible
     committed = PartitionReader(st, "__consumer_offsets", p).read_table()
-    assert committed.num_rows >= 1
+    assert committed.num_rows == 1, committed.to_pylist()
+    assert offset_in(committed.column("value")[0].as_py()) == 43
+    everything = PartitionReader(st, "__consumer_offsets", p,
+                                 isolation_level="read_uncommitted").read_table()
+    assert sorted(offset_in(v) for v in everything.column("value").to_pylist()) == [7, 42, 43]
+
+
+def offset_in(value: bytes) -> int:
+    """The offset of Kafka's OffsetCommitValue (v1+: version int16, then offset int64)."""
+    import struct
+
+    return int(struct.unpack(">hq", value[:10])[1])
 
 
 def test_idempotent_producer(coord: CoordinatorProc) -> None:
@@ -401,9 +414,81 @@ def test_timeout_aborts_with_epoch_bump(tmp_path: Path) -> None:
             c.end_txn("slow", pid, ep, True)
         st = Storage.for_url(root)
         assert st.put_if_absent(layout.segment_path("t", 0, r[("t", 0)]), b"late") is False
-        # a Prepare'd transaction is never timed out: a heartbeat-less commit still lands
-        pid, ep = c.init_producer_id("fast", transaction_timeout_ms=60_000)
-        assert "timeout" in proc.log_text()
+        # it was the coordinator's timer that aborted it, for that reason
+        assert "'slow': no heartbeat for" in proc.log_text()
+
+
+def test_a_prepared_transaction_is_never_timed_out(tmp_path: Path) -> None:
+    """Once PrepareCommit is logged the commit is decided, and only rolled forward: the
+    timer must not abort it however long its markers take (a slow store, a restart that
+    has not rolled it forward yet). In-process coordinator, timer run by hand: the marker
+    writes are held while the transaction sits in PrepareCommit far past its 1 ms timeout
+    with no completion in flight, the timer checks, then the writes go on."""
+    import asyncio
+    import time
+
+    from txnlog.coordinator.state.states import TxnState
+    from txnlog.coordinator.state.txn_log import TxnLog, recover
+    from txnlog.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+
+    st = Storage.for_url((tmp_path / "root").as_uri())
+
+    def factory(c: TransactionCoordinator, rec: object) -> TxnLog:
+        return TxnLog(c.storage, rec.next_offset,  # type: ignore[attr-defined]
+                      snapshot_fn=c.to_snapshot,
+                      snapshot_offsets=rec.snapshot_offsets,  # type: ignore[attr-defined]
+                      protected_fn=lambda: list(c.takeover_offsets),
+                      on_fatal=lambda exc: None)
+
+    async def main() -> None:
+        c = TransactionCoordinator(st, merging=False)
+        await c.start(factory, await asyncio.to_thread(recover, st))
+        await c.timers.stop()  # checked by hand below
+        try:
+            await c.create_topic("t", 1)
+            init = await c.init_producer_id("prep", 1)  # transaction.timeout.ms = 1
+            pid, epoch = init["producer_id"], init["epoch"]
+            r = await c.reserve(pid, epoch, [{"topic": "t", "partition": 0,
+                                              "base_sequence": 0, "count": 1}])
+            await c.confirm(pid, epoch, r)
+            release = asyncio.Event()
+            write_plans = c.completer._write_plans
+
+            async def held(*args: object) -> int:
+                await release.wait()
+                return await write_plans(*args)  # type: ignore[arg-type]
+
+            c.completer._write_plans = held  # type: ignore[method-assign]
+            ending = asyncio.ensure_future(c.end_txn("prep", pid, epoch, True))
+            deadline = time.monotonic() + 60
+            while c.txns["prep"].state is not TxnState.PREPARE_COMMIT:
+                assert time.monotonic() < deadline and not ending.done(), c.txns["prep"]
+                await asyncio.sleep(0.01)
+            # as after a restart, before the roll-forward: no completion in flight
+            in_flight = c.completer._in_flight.pop("prep")
+            c.txns["prep"].last_heartbeat = time.monotonic() - 3600
+            ends: list[bool] = []
+            end = c.completer.end
+
+            async def spy(txn: object, *, commit: bool, **kw: object) -> object:
+                ends.append(commit)
+                return await end(txn, commit=commit, **kw)  # type: ignore[arg-type]
+
+            c.completer.end = spy  # type: ignore[method-assign]
+            await c.timers.check()
+            await asyncio.sleep(0.1)  # anything the check spawned has started
+            assert ends == [], "the timer ended a prepared transaction"
+            assert c.txns["prep"].state is TxnState.PREPARE_COMMIT
+            assert c.txns["prep"].epoch == epoch
+            c.completer._in_flight["prep"] = in_flight
+            release.set()
+            assert (await asyncio.wait_for(ending, 60))["outcome"] == "commit"
+            assert c.txns["prep"].state is TxnState.COMPLETE_COMMIT
+            assert c.txns["prep"].last["reason"] == "client"  # the client's commit, not a timeout
+        finally:
+            await c.stop()
+
+    asyncio.run(main())
 
 
 def test_client_pickles_without_connections(coord: CoordinatorProc) -> None:

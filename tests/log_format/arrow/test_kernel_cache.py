@@ -2,11 +2,12 @@
 
 A Spark Python worker is a fresh process: if a kernel's cache entry missed (another source
 timestamp, a signature the cache never saw), the worker's first task would compile it for
-seconds. The session fixture (conftest) ran ``warm_up()``; here new interpreters run the
-calls Spark's tasks make — the task writer's routing and encoding into its aligned buffers,
-a decode of a segment memory-mapped from storage, as ``PartitionReader`` reads, the planning code
-— and count numba's cache misses (each one is a compilation), and check that the loads
-skipped numba's whole-target refresh (``kernel_loading``). Also: the driver-side
+seconds. Here ``warm_up()`` fills an empty cache of the test's own (not the session's,
+which other tests fill), then new interpreters run the calls Spark's tasks make — the task
+writer's routing and encoding into its aligned buffers, a decode of a segment memory-mapped
+from storage, as ``PartitionReader`` reads, the planning code — and count numba's cache
+misses (each one is a compilation), and check that the loads skipped numba's whole-target
+refresh (``kernel_loading``). Also: the driver-side
 processes of a stream (the source's planner, the sink's commit) import no numba at all.
 """
 
@@ -18,8 +19,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-
-import pytest
 
 # What a Spark write task and a read task do, in miniature (no Spark, no coordinator: the
 # kernels see the same argument types).
@@ -58,22 +57,32 @@ WORKLOAD = textwrap.dedent("""
 """)
 
 
-def _run(code: str, *args: str) -> str:
+def _run(code: str, *args: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=1800, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
 
 
 def test_a_fresh_process_compiles_no_kernel(tmp_path: Path) -> None:
+    """From an empty cache of its own: ``warm_up()`` in one process, then the tasks' calls
+    in fresh ones must not compile anything. (Against the session's shared cache an earlier
+    test may already have compiled what warm_up missed: here nothing has.) Found this way:
+    multi-batch decodes passed strided index columns, a signature warm_up's one-batch
+    decode never compiled, so every fresh cache cost the first read task a compilation of
+    decode_records (seconds)."""
+    cache = tmp_path / "numba-cache"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    _run("from txnlog.log_format.arrow.warmup import warm_up; warm_up(); print('warm')", env=env)
     for i in range(2):  # the second fresh process too: what the first saved must hit
-        out = json.loads(_run(WORKLOAD, (tmp_path / f"root{i}").as_uri()))
+        out = json.loads(_run(WORKLOAD, (tmp_path / f"root{i}").as_uri(), env=env))
         assert out["rows"] == out["expected"] > 0
         called = {k: v for k, v in out["kernels"].items() if v["hits"] or v["misses"]}
         assert {"_decode_kernels.scan", "_decode_kernels.decode_records",
                 "_encode_kernels.encode", "partitioner._partitions"} <= set(called), called
         missed = {k: v["misses"] for k, v in called.items() if v["misses"]}
-        assert not missed, f"process {i}: compiled (cache missed) {missed}"
+        assert not missed, f"process {i}: warm_up did not compile what tasks call: {missed}"
+        assert all(str(cache) in v["cache_path"] for v in out["kernels"].values())
         # Loaded without numba's whole-target refresh (kernel_loading): its lowering
         # registries (numba.np.linalg, which imports SciPy, ...) were never imported.
         assert not out["full_refresh"]
@@ -98,25 +107,3 @@ def test_stream_driver_processes_import_no_numba() -> None:
             "print(sorted(m for m in ('numba', 'pyarrow.compute', 'fsspec') "
             "if m in sys.modules))")
     assert _run(code) == "[]"
-
-
-@pytest.mark.slow
-def test_warm_up_covers_every_signature_a_task_calls(tmp_path: Path) -> None:
-    """From an empty cache: ``warm_up()`` in one process, then the tasks' calls in a fresh one
-    must not compile anything. (The default tests above run against the shared cache, where
-    an earlier test may already have compiled what warm_up missed: here nothing has.) Found
-    this way: multi-batch decodes passed strided index columns, a signature warm_up's
-    one-batch decode never compiled, so every fresh cache cost the first read task a
-    compilation of decode_records (seconds)."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
-    warm = subprocess.run([sys.executable, "-c", "from txnlog.log_format.arrow.warmup import "
-                           "warm_up; warm_up()"], env=env, capture_output=True, text=True,
-                          timeout=1800)
-    assert warm.returncode == 0, warm.stderr[-3000:]
-    proc = subprocess.run([sys.executable, "-c", WORKLOAD, (tmp_path / "root").as_uri()],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    missed = {k: v["misses"] for k, v in out["kernels"].items() if v["misses"]}
-    assert not missed, f"warm_up did not compile what tasks call: {missed}"
-    assert all(str(tmp_path) in v["cache_path"] for v in out["kernels"].values())
