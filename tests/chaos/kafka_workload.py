@@ -1,4 +1,4 @@
-"""Kafka clients as chaos workload processes, through a `txnlog gateway` (issue 18).
+"""Kafka clients as chaos workload processes, through a `txnlog gateway`.
 
 Run as ``python -m chaos.kafka_workload producer|consumer|kp-consumer --bootstrap HOST:PORT
 ...`` (with ``tests/`` on PYTHONPATH); the harness (run.py, fault classes ``gateway-kill``

@@ -64,7 +64,7 @@ FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
                 "after_log_write", "after_merge_plan", "after_merge_output",
                 "after_merge_manifest")
 
-# Merging and cleanup run all the time (issue 12): a run of 4 small objects below the LSO,
+# Merging and cleanup run all the time: a run of 4 small objects below the LSO,
 # 3 runs make the next level, partitions looked at every 0.1 s; segments close at 2 KiB
 # (every ~15 commits to a partition) and merged-away objects are deleted 2 s later (the
 # least file.delete.delay.ms allowed), so merges, segment closes, manifests and deletions
@@ -73,7 +73,7 @@ MERGE_ARGS = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interv
               # a stopped merge worker (merge-worker faults) is replaced after this long
               "--merge-worker-timeout-s", "15"]
 TOPIC_CONFIG = {"segment.bytes": 2048, "file.delete.delay.ms": 2000}
-# Compacted topics (issue 16; ``--compact`` or TXNLOG_CHAOS_COMPACT=1): the same workload
+# Compacted topics (``--compact`` or TXNLOG_CHAOS_COMPACT=1): the same workload
 # (keys k0-k3 per partition) into topics the log cleaner compacts whenever a tenth of their
 # closed segments is dirty, with the compaction fault points armed too, checked by a
 # checker that lets only superseded values vanish (chaos/compaction.py).
@@ -280,7 +280,7 @@ class Scenario:
         if unsafe:
             self.env_extra["TXNLOG_UNSAFE"] = unsafe
         self.root = self._make_root()
-        # Kafka clients through a gateway instead of the harness's producers (issue 18)
+        # Kafka clients through a gateway instead of the harness's producers
         self.gateway = GatewaySide(self) if fault in GATEWAY_FAULTS else None
 
     # ---- storage ------------------------------------------------------------------
@@ -1232,7 +1232,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="planted bugs (TXNLOG_UNSAFE names) for the processes: the run must "
                          "then report the matching anomaly")
     ap.add_argument("--compact", action="store_true",
-                    help="topics with cleanup.policy=compact, compacted all the time (issue 16)")
+                    help="topics with cleanup.policy=compact, compacted all the time")
     ap.add_argument("--retention", action="store_true",
                     help="retention.bytes on the chaos topics and DeleteRecords all along "
                          "(chaos/retention.py); the checker knows each read's log start")

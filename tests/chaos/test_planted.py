@@ -320,7 +320,7 @@ def test_delta_omits_partition_is_a_torn_transaction(planted: bool, tmp_path: Pa
         assert found == {}
 
 
-# ------------------------------------------------------------------ merging (issue 12)
+# ---------------------------------------------------------------------------- merging
 MERGE_FLAGS = ["--merge-min-objects", "2", "--merge-fanout", "2", "--merge-interval-s", "0.1"]
 
 
@@ -589,7 +589,7 @@ def test_the_harness_catches_a_planted_bug(planted: str, fault: str, seconds: fl
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "compact_ignore_aborted"])
 def test_compact_ignore_aborted_loses_the_latest_committed_value(
         planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A compacted topic (issue 16): a committed value, then an aborted write of the same
+    """A compacted topic: a committed value, then an aborted write of the same
     key, then other keys until segments close and the cleaner runs. The cleaner must not
     let the aborted write supersede the committed value."""
     from .run import COMPACT_CONFIG, MERGE_ARGS, TOPIC_CONFIG
@@ -750,7 +750,7 @@ def test_retention_deletes_kept_segment_loses_a_segment_the_manifest_names(
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "gateway_fetch_ignores_lso"])
 def test_gateway_fetch_ignores_lso_is_an_aborted_read(planted: bool, tmp_path: Path) -> None:
-    """Kafka clients through the gateway (issue 18): a librdkafka transactional producer's
+    """Kafka clients through the gateway: a librdkafka transactional producer's
     open transaction is in the log (HW > LSO); a librdkafka read_committed consumer polls;
     the transaction aborts. The gateway must serve read_committed up to the LSO only; with
     the planted bug it serves up to the HW and the consumer, which trusts the broker's

@@ -200,7 +200,7 @@ class ProducerWorker:
         """The next flush stops between its reserve and its put-if-absent (SIGSTOP).
 
         The harness resumes it only once its transaction was aborted, the offsets it
-        reserved were fenced, merged below the merged end and deleted (issue 12): its
+        reserved were fenced, merged below the merged end and deleted: its
         put-if-absent then lands in a freed name, which readers must never use. The
         reserved bases go to ``zombie-w<N>.json`` beside the history for the harness.
         """
@@ -326,7 +326,7 @@ def _read_op(c: Consumer, before: dict[Any, int], out: dict[Any, list[Any]], t0:
                        for tp in c.assignment()} if snap else {},
             "ranges": {tp_key(tp.topic, tp.partition): [before[tp], c.position(tp)]
                        for tp in c.assignment()},
-            # the log start offset of the listing the read used (retention, issue 14)
+            # the log start offset of the listing the read used (retention)
             "log_start": {tp_key(tp.topic, tp.partition): c._readers[tp]._log_start()
                           for tp in c.assignment()},
             "reads": reads}

@@ -1,4 +1,4 @@
-"""Kafka's own clients read a txnlog root through ``txnlog gateway`` (issue 18).
+"""Kafka's own clients read a txnlog root through ``txnlog gateway``.
 
 Independent clients, real processes: a coordinator (``coordinator_proc``), a gateway
 (``gateway_proc``), data written by txnlog's transactional producer (committed and aborted

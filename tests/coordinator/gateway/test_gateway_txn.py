@@ -1,4 +1,4 @@
-"""A Kafka client's transactions through ``txnlog gateway`` (issue 18).
+"""A Kafka client's transactions through ``txnlog gateway``.
 
 librdkafka's transactional producer runs a consume-transform-produce loop with
 ``send_offsets_to_transaction`` against real coordinator and gateway processes: its output

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every coordinator operation over real HTTP (issue 13).
+"""Property-based fuzzing of every coordinator operation over real HTTP.
 
 Whatever arrives — random JSON, a field of the wrong type, a string past Kafka's 32,767
 bytes, an out-of-range number, a list past its bound, deep nesting, a huge body — is
