@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from .codec.batch_header import CONTROL_FLAG, parse_header
+from .codec.batch_header import CONTROL_FLAG
 from .codec.indexes import (
     AbortedTxn,
     OffsetEntry,
@@ -41,6 +41,7 @@ from .codec.indexes import (
     lookup_offset,
     lookup_timestamp,
 )
+from .codec.records import iter_batches
 from .errors import CorruptBatchError, OffsetOutOfRangeError, TruncatedBatchError, TxnlogError
 from .layout import (
     INDEX_SUFFIX,
@@ -295,6 +296,10 @@ class PartitionReader:
     def _relist(self) -> None:
         self._list(self.high_watermark())
 
+    def _listing_stale(self) -> bool:
+        """The listing is older than a small object's name may be trusted for."""
+        return time.monotonic() - self._listed_at > self._max_listing_age()
+
     def _renew_listing(self, cursor: int) -> bool:
         """Trust a listing too old for small objects again, from now, if the newest
         manifest shows nothing merged past the first small object still to read: small
@@ -374,7 +379,7 @@ class PartitionReader:
         if start >= end:
             return start
         self.segments()
-        stale = time.monotonic() - self._listed_at > self._max_listing_age()
+        stale = self._listing_stale()
         if stale and not self._renew_listing(start):
             self._relist()
         segs = self._segments
@@ -387,7 +392,7 @@ class PartitionReader:
             if seg.size == 0:  # a fence: resolved offsets without records
                 verified = seg.base_offset
                 continue
-            if not seg.merged and time.monotonic() - self._listed_at > self._max_listing_age():
+            if not seg.merged and self._listing_stale():
                 break  # a small object's name may have been freed and taken since: not trusted
             if objects >= max_objects:
                 break
@@ -408,13 +413,10 @@ class PartitionReader:
             fetched += len(data)
             source = f"{self.storage.url}/{seg.path}"
             headers = []
-            at = 0
-            while at < len(data):
-                h = parse_header(data, at, source=source)
+            for h in iter_batches(data, source=source, verify_crc=False):
                 if h.base_offset >= end:
                     break
                 headers.append(h)
-                at += h.size
             aborted: list[AbortedTxn] | None = None
             for h in reversed(headers):
                 if h.is_control or h.records_count == 0:
@@ -460,7 +462,7 @@ class PartitionReader:
         missing = 0  # objects found gone in a row, without progress in between
         while True:
             segs = self.segments()
-            stale = time.monotonic() - self._listed_at > self._max_listing_age()
+            stale = self._listing_stale()
             if relist or (stale and not self._renew_listing(cursor)):
                 self._relist()
                 segs = self._segments
@@ -521,7 +523,7 @@ class PartitionReader:
         missing = 0
         while True:
             segs = self.segments()
-            stale = time.monotonic() - self._listed_at > self._max_listing_age()
+            stale = self._listing_stale()
             if relist or (stale and not self._renew_listing(start)):
                 self._relist()
                 segs = self._segments
@@ -586,7 +588,7 @@ class PartitionReader:
                 return
             if seg.size == 0:  # a fence: an empty segment
                 continue
-            if not seg.merged and time.monotonic() - self._listed_at > self._max_listing_age():
+            if not seg.merged and self._listing_stale():
                 raise _StaleListing()
             pos = 0
             bounds: list[int] = []
