@@ -33,11 +33,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 from txnlog.log_format import layout
+from txnlog.log_format.codec.batch_header import (
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAGIC_OFFSET,
+    BatchHeader,
+)
 from txnlog.log_format.codec.crc import crc32c
 from txnlog.log_format.codec.indexes import AbortedTxn, collect_aborted_txns, decode_txn_index
 from txnlog.log_format.errors import LogFormatError
@@ -109,19 +115,16 @@ def compaction_config(config: dict[str, Any] | None) -> CompactionConfig:
         grace_ms=int(_number(cfg, "file.delete.delay.ms", DEFAULT_GRACE_MS, MIN_GRACE_MS)))
 
 
-# where a v2 batch header holds its magic byte and maxTimestamp (Kafka's DefaultRecordBatch)
-MAGIC_AT = 16
-MAX_TIMESTAMP_AT = 35
-FIRST_HEADER_BYTES = 61
+FIRST_HEADER_BYTES = HEADER_SIZE  # what a segment's first batch header takes
 
 
 def first_batch_timestamp(header: bytes) -> int:
     """The maxTimestamp of the first batch of a segment from its first bytes (-1: none):
     Kafka's ``LogSegment.getFirstBatchTimestamp``, what ``max.compaction.lag.ms`` is
     counted from."""
-    if len(header) < FIRST_HEADER_BYTES or header[MAGIC_AT] != 2:
+    if len(header) < HEADER_SIZE or header[MAGIC_OFFSET] != MAGIC:
         return -1
-    return int(struct.unpack_from(">q", header, MAX_TIMESTAMP_AT)[0])
+    return BatchHeader(*HEADER.unpack_from(header)).max_timestamp
 
 
 def first_dirty_segment(objects: list[MergedObject], first_dirty: int,

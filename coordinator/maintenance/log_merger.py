@@ -44,6 +44,7 @@ from typing import Any
 from txnlog.log_format import layout, planted_bugs
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.manifest import DEFAULT_GRACE_MS, MIN_GRACE_MS, MergedObject
+from txnlog.log_format.segments.log_cleaner import DEFAULT_MAX_COMPACTION_LAG_MS
 from txnlog.log_format.storage import StorageError
 
 from ..server import faults
@@ -70,7 +71,6 @@ from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
 log = logging.getLogger("txnlog.coordinator.maintenance.log_merger")
 
 MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
-NO_MAX_COMPACTION_LAG_MS = (1 << 63) - 1  # Kafka's max.compaction.lag.ms default (Long.MAX)
 
 
 class MergeRefused(Exception):
@@ -194,7 +194,7 @@ class LogMerger:
         """The open segment's roll age for ``topic`` (``merge_policy.roll_ms``)."""
         cfg = self._config(topic)
         return roll_ms(_config_int(cfg, "segment.ms", DEFAULT_SEGMENT_MS, 1), compacts(cfg),
-                       _config_int(cfg, "max.compaction.lag.ms", NO_MAX_COMPACTION_LAG_MS,
+                       _config_int(cfg, "max.compaction.lag.ms", DEFAULT_MAX_COMPACTION_LAG_MS,
                                    1))
 
     def _candidates(self, now: int) -> list[str]:
