@@ -20,6 +20,8 @@ MAX_OFFSET = 2**63 - 1
 META_DIR = "_meta"
 TOPICS_DIR = "_meta/topics"
 STABLE_DIR = "_stable"
+SHARED_DIR = "_wal"  # shared objects: one writer's flush, every partition it wrote
+SHARED_SUFFIX = ".wal"
 COORDINATOR_FILE = "_coordinator.json"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_STATE_DIR = f"{TRANSACTION_STATE_TOPIC}-0"
@@ -39,6 +41,8 @@ _STABLE_RE = re.compile(r"(\d{10})-(\d{20})\.json")
 _STABLE_BASE_RE = re.compile(r"(\d{10})-(\d{20})\.base\.json")
 _PARTITION_DIR_RE = re.compile(r"(.+)-(0|[1-9]\d*)")
 _MANIFEST_RE = re.compile(r"(\d{20})\.json")
+# <producer id, 20 digits>-<epoch, 5 digits>-<16 hex chars of randomness>.wal
+_SHARED_RE = re.compile(r"(\d{20})-(\d{5})-([0-9a-f]{16})\.wal")
 
 # Merged objects (DESIGN.md 8): level 0 is the closed Kafka segments, levels >= 1 the runs
 # that make up a partition's open segment; each directory is a Kafka log dir of its own.
@@ -132,6 +136,32 @@ def parse_segment_name(name: str) -> SegmentName | None:
 def segment_path(topic: str, partition: int, base_offset: int,
                  suffix: str = LOG_SUFFIX) -> str:
     return f"{partition_dir(topic, partition)}/{segment_name(base_offset, suffix)}"
+
+
+def shared_object_name(producer_id: int, epoch: int, nonce: str) -> str:
+    """The name of one flush's shared object: the writer's producer id and epoch (who wrote
+    it, for ``txnlog dump`` and for sweeping an expired writer's leftovers) and 16 hex
+    characters of randomness, so no two flushes, retried or not, ever race for one name."""
+    name = f"{_validate_offset(producer_id, 'producer id'):020d}-{int(epoch):05d}-{nonce}"
+    name += SHARED_SUFFIX
+    if not _SHARED_RE.fullmatch(name):
+        raise ValueError(f"not a valid shared object name: {name!r}")
+    return name
+
+
+def shared_object_path(name: str) -> str:
+    """``_wal/<name>``, for a name ``shared_object_name`` made (anything else is refused:
+    a confirm names its object, and no client may point readers at another key)."""
+    if not isinstance(name, str) or not _SHARED_RE.fullmatch(name):
+        raise ValueError(f"not a valid shared object name: {name!r}")
+    return f"{SHARED_DIR}/{name}"
+
+
+def check_shared_path(path: object) -> str:
+    """``path`` if it is ``_wal/<valid name>``; ValueError otherwise."""
+    if not isinstance(path, str) or not path.startswith(SHARED_DIR + "/"):
+        raise ValueError(f"not a shared object path: {path!r}")
+    return shared_object_path(path[len(SHARED_DIR) + 1:])
 
 
 def topic_meta_path(topic: str) -> str:

@@ -109,6 +109,7 @@ class Segment:
     has_index: bool = False
     has_timeindex: bool = False
     merged: bool = False  # a merged object named by the manifest (not a small object)
+    position: int = 0  # where its bytes start in the object (a run in a shared object)
 
     def sibling(self, suffix: str) -> str:
         """The path of its index of ``suffix`` (beside it, same base offset)."""
@@ -275,11 +276,18 @@ class PartitionReader:
                 index.add(parsed.base_offset)
             elif parsed.suffix == TIMEINDEX_SUFFIX:
                 timeindex.add(parsed.base_offset)
-        logs.sort()
-        for i, (base, size) in enumerate(logs):
-            end = logs[i + 1][0] if i + 1 < len(logs) else None
-            segs.append(Segment(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", end,
-                                base in index, base in timeindex))
+        # Runs in shared objects: the tail the snapshot publishes (the runs of a flush that
+        # wrote one object for all its partitions), never listed
+        runs = [(t.base, t.size, t.path, t.position)
+                for t in (self._snapshot.tail(self.topic, self.partition)
+                          if self._snapshot is not None else ())
+                if t.base >= merged_end]
+        rows = sorted([(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", 0)
+                       for base, size in logs] + runs)
+        for i, (base, size, path, position) in enumerate(rows):
+            end = rows[i + 1][0] if i + 1 < len(rows) else None
+            segs.append(Segment(base, size, path, end, base in index and not position,
+                                base in timeindex and not position, position=position))
         self._segments = segs
         self._manifest = man
         self._txnindexes = sorted(txn)
@@ -406,7 +414,8 @@ class PartitionReader:
                                         seg.base_offset).position
                     if seg.size - pos > max_bytes - fetched:
                         break
-                data = self.storage.get_view(seg.path, pos, seg.size)
+                data = self.storage.get_view(seg.path, seg.position + pos,
+                                             seg.position + seg.size)
             except FileNotFoundError:
                 break  # merged away under us: what was verified still holds
             objects += 1
@@ -550,7 +559,8 @@ class PartitionReader:
         carry = b""
         for piece in plan:
             source = f"{self.storage.url}/{piece.segment.path}"
-            data = self.storage.get_view(piece.segment.path, piece.start, piece.end)
+            at = piece.segment.position
+            data = self.storage.get_view(piece.segment.path, at + piece.start, at + piece.end)
             if len(data) != piece.end - piece.start:
                 raise TruncatedBatchError(
                     f"object is shorter than listed: got {len(data)} bytes for "
@@ -633,8 +643,9 @@ class PartitionReader:
                 piece = next(plan_iter, None)
                 if piece is None:
                     return
+                at = piece.segment.position
                 window.append((piece, pool.submit(self.storage.get_view, piece.segment.path,
-                                                  piece.start, piece.end)))
+                                                  at + piece.start, at + piece.end)))
 
         decode_to_arrow = _codec().decode_to_arrow
         carry = b""
@@ -705,7 +716,8 @@ class PartitionReader:
         else:
             start_at = seg.base_offset
         codec = _codec()
-        data = self.storage.get(seg.path)
+        data = (self.storage.get(seg.path, seg.position, seg.position + seg.size)
+                if seg.position else self.storage.get(seg.path))
         source = f"{self.storage.url}/{seg.path}"
         index = codec.scan_batches(data, source=source, verify_crc=False)
         last = index["base_offset"] + index["last_offset_delta"]

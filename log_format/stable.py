@@ -24,6 +24,14 @@ A fresh reader needs one LIST of ``_stable/`` and two GETs (the head, and the ne
 on remote storage fetched in parallel on the guess that the head stands on it); a reader
 that already holds the head's base GETs the head only.
 
+Shared objects (``segments/shared_object``) put many partitions' batches in one object, so a
+reader cannot find them by listing its partition. Heads and bases therefore carry, per
+partition, its *tail*: where each confirmed run above the merged end M lies
+(``TailEntry``: offsets, shared object, byte position, size), in the same object that moves
+its HW and LSO, so the run and the offsets that make it visible are published together. A
+delta names a partition whose tail changed (a confirm, a merge that moved M) with its whole
+tail; the merger keeps tails short (they are merged into segments like small objects).
+
 Pruning (``prune_stable``) keeps the newest ``keep`` heads and the newest ``KEEP_BASES``
 bases. That keeps every base the newest head can stand on: a coordinator's heads stand on
 its newest durable base, or on the one before while it switches; a fenced coordinator's
@@ -46,6 +54,7 @@ from typing import Any, NamedTuple
 from .errors import TxnlogError
 from .layout import (
     STABLE_DIR,
+    check_shared_path,
     parse_stable_base_name,
     parse_stable_name,
     stable_base_path,
@@ -61,6 +70,91 @@ FORMAT = 2  # heads with "kind" and bases; full snapshots (no "format") are vers
 READ_ATTEMPTS = 5
 
 Offsets = Mapping[str, tuple[int, int]]  # "t-p": (hw, lso)
+
+
+class TailEntry(NamedTuple):
+    """A confirmed run of one partition in a shared object: offsets ``[base, end)`` in its
+    bytes ``[position, position + size)``."""
+
+    base: int
+    end: int
+    path: str
+    position: int
+    size: int
+
+
+Tails = Mapping[str, tuple[TailEntry, ...]]  # "t-p": its runs above M, ascending
+NO_TAIL: tuple[TailEntry, ...] = ()
+
+
+def encode_tails(tails: Tails, keys: Iterator[str] | list[str] | None = None
+                 ) -> dict[str, Any]:
+    """``{"objects": [path...], "tails": {"t-p": [[base, end, object, pos, size]...]}}``
+    for ``keys`` (default: every partition of ``tails``); each path is written once."""
+    objects: dict[str, int] = {}
+    out: dict[str, list[list[int]]] = {}
+    for k in (tails if keys is None else keys):
+        entries = tails.get(k, NO_TAIL)
+        if entries:
+            out[k] = [[e.base, e.end, objects.setdefault(e.path, len(objects)), e.position,
+                       e.size] for e in entries]
+    return {"objects": list(objects), "tails": out} if out else {}
+
+
+def decode_tails(obj: Mapping[str, Any], source: str) -> dict[str, tuple[TailEntry, ...]]:
+    """The tails a head or base carries (none in objects written before shared objects)."""
+    raw = obj.get("tails")
+    if not raw:
+        return {}
+    try:
+        paths = [check_shared_path(p) for p in obj["objects"]]
+        tails: dict[str, tuple[TailEntry, ...]] = {}
+        for k, rows in raw.items():
+            entries = tuple(TailEntry(int(b), int(e), paths[int(i)], int(pos), int(sz))
+                            for b, e, i, pos, sz in rows)
+            last = -1
+            for t in entries:
+                if t.base < last or t.end < t.base or t.position < 0 or t.size < 0:
+                    raise ValueError(f"tail of {k} is not ascending runs: {list(t)}")
+                last = t.end
+            tails[str(k)] = entries
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise StableSnapshotError(f"{source}: invalid tails: {exc}") from exc
+    return tails
+
+
+class TailOverlay(Mapping[str, tuple[TailEntry, ...]]):
+    """A base's tails with a delta's on top: a partition the delta names has the delta's
+    tail (empty if it names none: merged away), every other the base's."""
+
+    __slots__ = ("base", "changed", "tails")
+
+    def __init__(self, base: Tails, changed: Mapping[str, Any], tails: Tails) -> None:
+        self.base = base
+        self.changed = changed
+        self.tails = tails
+
+    def __getitem__(self, key: str) -> tuple[TailEntry, ...]:
+        if key in self.changed:
+            return self.tails.get(key, NO_TAIL)
+        return self.base[key]
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        if key in self.changed:
+            return self.tails.get(key, NO_TAIL)
+        return self.base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.tails or (key in self.base and key not in self.changed)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.tails
+        for k in self.base:
+            if k not in self.changed:
+                yield k
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class StableSnapshotError(TxnlogError, ValueError):
@@ -128,6 +222,7 @@ class StableBase:
 
     ref: BaseRef
     partitions: Mapping[str, tuple[int, int]]
+    tails: Tails = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -141,6 +236,7 @@ class StableSnapshot:
     # The base a delta head stands on (None: a full snapshot); kept so the next refresh of
     # the same reader reuses it instead of GETting it again.
     base: StableBase | None = field(default=None, compare=False, repr=False)
+    tails: Tails = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.partitions, Overlay):  # an overlay's parts were checked
@@ -164,6 +260,10 @@ class StableSnapshot:
 
     def lso(self, topic: str, partition: int) -> int:
         return self.offsets(topic, partition)[1]
+
+    def tail(self, topic: str, partition: int) -> tuple[TailEntry, ...]:
+        """The partition's confirmed runs in shared objects above its merged end."""
+        return self.tails.get(f"{topic}-{partition}", NO_TAIL)
 
     def to_json(self) -> bytes:
         """The full-snapshot encoding (format 1, what roots written before deltas hold)."""
@@ -192,6 +292,7 @@ class DeltaHead:
     written_ms: int
     base: BaseRef
     changed: dict[str, tuple[int, int]]
+    tails: dict[str, tuple[TailEntry, ...]] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -199,8 +300,11 @@ class DeltaHead:
 
     def over(self, base: StableBase) -> StableSnapshot:
         """The state this head publishes, given its (checked) base."""
+        tails: Tails = (TailOverlay(base.tails, self.changed, self.tails)
+                        if base.tails or self.tails else {})
         return StableSnapshot(self.coordinator_epoch, self.seq,
-                              Overlay(base.partitions, self.changed), self.written_ms, base)
+                              Overlay(base.partitions, self.changed), self.written_ms, base,
+                              tails)
 
 
 def _pairs(obj: Any) -> dict[str, tuple[int, int]]:
@@ -220,7 +324,10 @@ def read_head(data: bytes, source: str = "stable head") -> StableSnapshot | Delt
             ref = BaseRef(int(b["epoch"]), int(b["seq"]), int(b["size"]), int(b["crc32"]))
             changed = _pairs(obj["changed"])
             _check_offsets(changed, source)
-            return DeltaHead(epoch, seq, written, ref, changed)
+            tails = decode_tails(obj, source)
+            if not set(tails) <= set(changed):
+                raise ValueError("a tail of a partition the delta does not name")
+            return DeltaHead(epoch, seq, written, ref, changed, tails)
         parts = {str(k): (int(v["hw"]), int(v["lso"])) for k, v in obj["partitions"].items()}
         return StableSnapshot(epoch, seq, parts, written)
     except StableSnapshotError:
@@ -230,12 +337,14 @@ def read_head(data: bytes, source: str = "stable head") -> StableSnapshot | Delt
 
 
 def encode_base(coordinator_epoch: int, seq: int, partitions: Offsets,
-                now_ms: int | None = None) -> bytes:
-    """A base's bytes: every partition as [hw, lso] (half the bytes of format 1's dicts)."""
+                now_ms: int | None = None, tails: Tails | None = None) -> bytes:
+    """A base's bytes: every partition as [hw, lso] (half the bytes of format 1's dicts),
+    and every non-empty tail."""
     return json.dumps({
         "format": FORMAT, "kind": "base", "coordinator_epoch": coordinator_epoch, "seq": seq,
         "written_ms": int(time.time() * 1000) if now_ms is None else now_ms,
         "partitions": {k: [hw, lso] for k, (hw, lso) in partitions.items()},
+        **(encode_tails(tails) if tails else {}),
     }, separators=(",", ":")).encode()
 
 
@@ -261,18 +370,20 @@ def read_base(data: bytes, ref: BaseRef, source: str = "stable base") -> StableB
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise StableSnapshotError(f"{source}: not a valid stable base: {exc}") from exc
     _check_offsets(parts, source)
-    return StableBase(ref, parts)
+    return StableBase(ref, parts, decode_tails(obj, source))
 
 
 def encode_delta(coordinator_epoch: int, seq: int, base: BaseRef, changed: Offsets,
-                 now_ms: int | None = None) -> bytes:
-    """A delta head's bytes (no ``partitions`` field: see the module docstring)."""
+                 now_ms: int | None = None, tails: Tails | None = None) -> bytes:
+    """A delta head's bytes (no ``partitions`` field: see the module docstring); the tails
+    of the ``changed`` partitions that have one."""
     return json.dumps({
         "format": FORMAT, "kind": "delta", "coordinator_epoch": coordinator_epoch,
         "seq": seq, "written_ms": int(time.time() * 1000) if now_ms is None else now_ms,
         "base": {"epoch": base.coordinator_epoch, "seq": base.seq, "size": base.size,
                  "crc32": base.crc32},
         "changed": {k: [hw, lso] for k, (hw, lso) in changed.items()},
+        **(encode_tails(tails, list(changed)) if tails else {}),
     }, separators=(",", ":")).encode()
 
 

@@ -316,12 +316,12 @@ class CoordinatorClient:
                 for x in r["partitions"]}
 
     def confirm(self, producer_id: int, epoch: int,
-                written: Iterable[tuple[str, int, int]], wait_stable: bool = False) -> None:
-        """Report reserved ranges as written: [(topic, partition, base_offset)]."""
+                written: Iterable[tuple[Any, ...]], wait_stable: bool = False) -> None:
+        """Report reserved ranges as written: ``(topic, partition, base_offset)`` for a
+        range in its own object, ``(topic, partition, base_offset, object, position,
+        size)`` for a run in a shared object (``segment_writer.WrittenRange``)."""
         self.call("confirm", {"producer_id": producer_id, "epoch": epoch,
-                              "wait_stable": wait_stable,
-                              "partitions": [{"topic": t, "partition": p, "base_offset": b}
-                                             for t, p, b in written]})
+                              "wait_stable": wait_stable, "partitions": _written(written)})
 
     def heartbeat(self, transactional_id: str, producer_id: int, epoch: int) -> str:
         """Keep the open transaction alive; returns its state name."""
@@ -348,7 +348,7 @@ class CoordinatorClient:
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
                 members: list[int] | None = None, batch_id: int | None = None,
-                written: Iterable[tuple[str, int, int]] | None = None) -> dict[str, Any]:
+                written: Iterable[tuple[Any, ...]] | None = None) -> dict[str, Any]:
         """Commit or abort; answers after the stable snapshot shows the outcome.
 
         ``members``: member producer ids to commit (None = all); others are aborted.
@@ -361,8 +361,7 @@ class CoordinatorClient:
                                 "producer_id": producer_id, "epoch": epoch,
                                 "commit": commit, "members": members, "batch_id": batch_id}
         if written:
-            body["written"] = [{"topic": t, "partition": p, "base_offset": b}
-                               for t, p, b in written]
+            body["written"] = _written(written)
         return self.call("end_txn", body)
 
     def begin_batch(self, transactional_id: str, batch_id: int,
@@ -434,4 +433,17 @@ class CoordinatorClient:
         return self.call("stable", {"publish": publish})
 
 
+def _written(written: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Written ranges as Confirm and EndTxn take them (a shared object's run with its
+    object, position and size)."""
+    out: list[dict[str, Any]] = []
+    for w in written:
+        row: dict[str, Any] = {"topic": w[0], "partition": w[1], "base_offset": w[2]}
+        if len(w) > 3 and w[3] is not None:
+            row.update(object=w[3], position=w[4], size=w[5])
+        out.append(row)
+    return out
+
+
 __all__ = ["CoordinatorClient", "CoordinatorError", "CoordinatorUnavailableError"]
+

@@ -204,9 +204,9 @@ class _Producer:
         else:
             self._unconfirmed += written
         self._buffers, self._futures, self._buffered = {}, {}, 0
-        for t, p, base in written:
-            for i, f in enumerate(futures[(t, p)]):
-                f.set_result(RecordMetadata(t, p, base + i))
+        for w in written:
+            for i, f in enumerate(futures[(w.topic, w.partition)]):
+                f.set_result(RecordMetadata(w.topic, w.partition, w.base + i))
         self._partitioner.new_batch()
 
     def close(self) -> None:

@@ -1,17 +1,21 @@
-"""The one write path of every txnlog producer: reserve → stamp → put-if-absent → confirm.
+"""The one write path of every txnlog producer: reserve → stamp → one shared object → confirm.
 
 The Python producers (``producer.py``) and each Spark task's member producer
-(``datasource/task_writer.py``) write records the same way (DESIGN 5):
+(``datasource/task_writer.py``) write records the same way (DESIGN 5, 11):
 
 1. **reserve**: one Reserve call for every partition of a flush, each with the producer's
    next sequence number and record count, so a retried call gets the same offsets;
    sequences move on at once (a retry of the same data must go through a new reserve);
-2. **stamp**: each partition's encoded batches get their base offsets, in place (no copy of
-   the segment-sized data);
-3. **put-if-absent** ``<topic>-<p>/<base>.log``, all partitions in parallel. Finding other
-   bytes there means the range was fenced (the transaction was aborted: timed out, or a
-   newer instance took over): ``ProducerFencedError``, like Kafka's;
-4. **confirm** the written ranges (or hand them to EndTxn, which confirms them itself).
+2. **stamp**: each partition's encoded batches get their base offsets, in place;
+3. **one shared object** ``_wal/<pid>-<epoch>-<random>.wal`` put-if-absent, holding every
+   partition's batches of the flush (``log_format.segments.shared_object``): one PUT per
+   flush whatever the partition count, where one object per partition made a write's cost
+   follow partitions times flushes. Its name is the writer's own and random, so no one else's
+   write can be in the way; a zombie's late object is simply never confirmed, and nothing
+   reads what is not confirmed;
+4. **confirm** the written runs with where they lie (object, position, size), in one call
+   (or hand them to EndTxn, which confirms them itself). From then on the coordinator's
+   published state tells readers where each partition's run is.
 
 What to write where is decided before that, by the same two rules for both producers:
 ``PartitionCounts`` (a topic's partition count, read once from its metadata object) and
@@ -26,23 +30,39 @@ This lives in ``coordinator`` and not in ``log_format`` because it talks to the 
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from txnlog.log_format import layout, topics
 from txnlog.log_format.arrow.arrow_codec import EncodedRecords
 from txnlog.log_format.codec.partitioner import partition_for_key
 from txnlog.log_format.layout import TopicPartition
+from txnlog.log_format.segments import shared_object
 from txnlog.log_format.storage import Storage
 
 from ..errors import ProducerFencedError, UnknownTopicOrPartitionError
 from ..topic_config import compacts
 from .coordinator_client import CoordinatorClient
 
-Written = tuple[str, int, int]
-"""A written range as the coordinator's confirm and end_txn take it: (topic, partition, base)."""
+
+class WrittenRange(NamedTuple):
+    """A written range as the coordinator's confirm and end_txn take it: its partition and
+    base offset, and where its bytes are (``object`` None: at ``<topic>-<p>/<base>.log``,
+    what the gateway's and group offsets' writes still do)."""
+
+    topic: str
+    partition: int
+    base: int
+    object: str | None = None
+    position: int = 0
+    size: int = 0
+
+
+Written = WrittenRange
 
 
 class PartitionCounts:
@@ -141,10 +161,6 @@ class Reservation:
     encoded: Mapping[TopicPartition, EncodedRecords]
     bases: Mapping[TopicPartition, int]
 
-    @property
-    def written(self) -> list[Written]:
-        """The ranges as confirm/end_txn name them, in the order of ``encoded``."""
-        return [(t, p, self.bases[(t, p)]) for t, p in self.encoded]
 
 
 class SegmentWriter:
@@ -194,27 +210,29 @@ class SegmentWriter:
         return Reservation(encoded, bases)
 
     def write(self, reservation: Reservation) -> list[Written]:
-        """Stamp each partition's batches with its base offset (in place) and put them
-        put-if-absent, all partitions in parallel; returns the written ranges.
+        """Stamp each partition's batches with its base offset (in place) and put them all
+        in one shared object, put-if-absent; returns the written runs, in the order of
+        ``reservation.encoded``, each naming the object and its bytes there.
 
-        Raises ProducerFencedError if any range holds other bytes already: the coordinator
-        fenced it (the transaction was aborted), so nothing of this flush may be confirmed.
+        A name taken already (by nothing but a 64-bit collision) is retried under a new
+        one: nothing points at an object before its confirm.
         """
         encoded, bases = reservation.encoded, reservation.bases
-
-        def put(tp: TopicPartition) -> bool:
-            path = layout.segment_path(tp[0], tp[1], bases[tp])
-            return self.storage.put_if_absent(path, encoded[tp].stamp_base_offset(bases[tp]))
-
-        order = list(encoded)
-        lost = [tp for tp, ok in zip(order, self.io.map(put, order), strict=True) if not ok]
-        if lost:
-            raise ProducerFencedError(
-                f"txnlog {self.name} {self.producer_id} (epoch {self.epoch}): the offsets "
-                f"reserved in {', '.join(f'{t}-{p}' for t, p in lost)} were fenced before they "
-                "were written (its transaction was aborted: timed out, or a newer instance "
-                "replaced it)")
-        return reservation.written
+        runs = [shared_object.RunToWrite(t, p, bases[(t, p)],
+                                         bases[(t, p)] + enc.record_count,
+                                         enc.stamp_base_offset(bases[(t, p)]))
+                for (t, p), enc in encoded.items()]
+        data, entries = shared_object.build(runs, self.producer_id, self.epoch)
+        for _ in range(3):
+            name = layout.shared_object_name(self.producer_id, self.epoch,
+                                             secrets.token_hex(8))
+            path = layout.shared_object_path(name)
+            if self.storage.put_if_absent(path, data):
+                return [WrittenRange(e.topic, e.partition, e.base, path, e.position, e.size)
+                        for e in entries]
+        raise ProducerFencedError(
+            f"txnlog {self.name} {self.producer_id} (epoch {self.epoch}): three fresh "
+            "shared object names were all taken: the root is not writable as expected")
 
     def confirm(self, written: list[Written], wait_stable: bool = False) -> None:
         """Report written ranges to the coordinator (``wait_stable``: return only once the
@@ -222,4 +240,5 @@ class SegmentWriter:
         self.client.confirm(self.producer_id, self.epoch, written, wait_stable=wait_stable)
 
 
-__all__ = ["PartitionCounts", "Partitioner", "Reservation", "SegmentWriter", "Written"]
+__all__ = ["PartitionCounts", "Partitioner", "Reservation", "SegmentWriter", "Written",
+           "WrittenRange"]

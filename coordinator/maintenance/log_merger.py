@@ -416,12 +416,16 @@ class LogMerger:
                 logs.append((parsed.base_offset, size))
             elif parsed.suffix == layout.TXNINDEX_SUFFIX:
                 txn.add(parsed.base_offset)
-        logs.sort()
+        # the partition's runs in shared objects (its tail in the state): never listed
+        key = partition_key(topic, p)
+        runs = [(t.base, t.size, (t.path, t.position)) for t in self.state.shared.tail(key)
+                if merged_end is None or t.base >= merged_end]
+        rows = sorted([(base, size, None) for base, size in logs] + runs)
         out = []
-        for (base, size), (nxt, _) in itertools.pairwise(logs):
+        for (base, size, loc), (nxt, _, _) in itertools.pairwise(rows):
             if nxt > lso:
                 break
-            out.append(SmallObject(base, nxt, size, base in txn))
+            out.append(SmallObject(base, nxt, size, base in txn and loc is None, loc))
         return out
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -442,18 +446,22 @@ class LogMerger:
 
     async def _build(self, topic: str, p: int, choice: Choice, parallel: int
                      ) -> tuple[list[MergeInput], Built]:
-        rows: list[Row] = [(r.level, r.base_offset, r.end_offset, r.has_txnindex)
+        rows: list[Row] = [(r.level, r.base_offset, r.end_offset, r.has_txnindex, None)
                            for r in choice.runs]
-        rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex) for s in choice.small]
+        rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex,
+                  None if s.location is None else (*s.location, s.size))
+                 for s in choice.small]
         metas, built = await self._read_and_merge(topic, p, rows, parallel)
-        inputs = [MergeInput(level, base, end, size, crc, has_txn)
-                  for (level, base, end, has_txn), (size, crc) in zip(rows, metas, strict=True)]
+        inputs = [MergeInput(row[0], row[1], row[2], size, crc, row[3],
+                             None if row[4] is None else (row[4][0], row[4][1]))
+                  for row, (size, crc) in zip(rows, metas, strict=True)]
         return inputs, built
 
     async def _finish(self, plan: MergePlan) -> bool:
         """A merge logged but not published (a restart): the same inputs, checked against
         their CRCs, give the same bytes."""
-        rows: list[Row] = [(i.level, i.base_offset, i.end_offset, i.has_txnindex)
+        rows: list[Row] = [(i.level, i.base_offset, i.end_offset, i.has_txnindex,
+                            None if i.location is None else (*i.location, i.size))
                            for i in plan.inputs]
         try:
             metas, built = await self._read_and_merge(

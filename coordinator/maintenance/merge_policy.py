@@ -47,6 +47,7 @@ class SmallObject:
     end_offset: int
     size: int
     has_txnindex: bool
+    location: tuple[str, int] | None = None  # a run in a shared object: (path, position)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from typing import Any
 
 from txnlog.log_format import layout
 from txnlog.log_format.codec.crc import crc32c
+from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.manifest import MergedObject
 from txnlog.log_format.segments.segment_merge import MergedSegment, merge_segment
 from txnlog.log_format.segments.segment_merge import MergeInput as SegmentInput
@@ -55,8 +56,10 @@ from txnlog.log_format.storage.s3_arrow import arrow_reader
 from ..state.merge_state import SMALL
 from .merge_policy import MAX_IO_PARALLEL
 
-# (level, base offset, end offset, has .txnindex) of one input, as the merger lists them
-Row = tuple[int, int, int, bool]
+# (level, base offset, end offset, has .txnindex, location) of one input, as the merger
+# lists them; location (shared object path, position, size) for a run in a shared object,
+# None for an object of the partition's own
+Row = tuple[int, int, int, bool, "tuple[str, int, int] | None"]
 # the most requests of one merge in flight at once (merge_policy.io_parallelism decides how
 # many a merge uses: one while merging keeps up, more as its backlog grows)
 IO_THREADS = MAX_IO_PARALLEL
@@ -73,7 +76,7 @@ _store: MergeStore | None = None  # the worker process's store
 
 def input_paths(topic: str, p: int, row: Row) -> tuple[str, str]:
     """The object and ``.txnindex`` keys of one input."""
-    level, base, end, _ = row
+    level, base, end = row[0], row[1], row[2]
     if level == SMALL:
         return (layout.segment_path(topic, p, base),
                 layout.segment_path(topic, p, base, layout.TXNINDEX_SUFFIX))
@@ -106,16 +109,31 @@ def read_and_merge(storage: Storage, reads: ThreadPoolExecutor, topic: str, p: i
     ``storage.get``) and build the merged segment: each input's (size, CRC32C), and the
     segment. FileNotFoundError: an input is gone; LogFormatError: the inputs cannot be
     merged."""
-    paths: list[str] = []
+    whole = get or storage.get
+    paths: list[tuple[str, int, int] | str] = []
     for row in rows:
         path, tpath = input_paths(topic, p, row)
-        paths += [path, tpath] if row[3] else [path]
-    got = iter(bounded_map(reads, get or storage.get, paths, parallel))
+        loc = row[4]
+        paths.append(path if loc is None else loc)
+        if row[3]:
+            paths.append(tpath)
+
+    def fetch(item: tuple[str, int, int] | str) -> bytes:
+        if isinstance(item, str):
+            return whole(item)
+        path, pos, size = item  # a run of a shared object: its bytes only
+        data = storage.get(path, pos, pos + size)
+        if len(data) != size:
+            raise LogFormatError(f"{storage.url}/{path}: {len(data)} bytes at {pos}, "
+                                 f"not the {size} confirmed")
+        return data
+
+    got = iter(bounded_map(reads, fetch, paths, parallel))
     read = [(next(got), next(got) if row[3] else None) for row in rows]
     metas = [(len(data), crc32c(data)) for data, _ in read]
     source = f"{storage.url}/{layout.partition_dir(topic, p)}@"
-    built = merge_segment([SegmentInput(base, end, data, txn, f"{source}{base}")
-                           for (_, base, end, _), (data, txn) in zip(rows, read, strict=True)])
+    built = merge_segment([SegmentInput(row[1], row[2], data, txn, f"{source}{row[1]}")
+                           for row, (data, txn) in zip(rows, read, strict=True)])
     return metas, built
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import generate_latest
+from txnlog.log_format import layout
 
 from ..errors import (
     CoordinatorError,
@@ -143,6 +144,23 @@ def _parts(items: list[dict[str, Any]], *fields: str) -> list[dict[str, Any]]:
     return out
 
 
+def _written(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Confirm's and EndTxn's written ranges: topic, partition, base_offset, and for a run
+    in a shared object its ``object`` (``_wal/<name>``, nothing else), ``position`` and
+    ``size`` (ints >= 0)."""
+    out = _parts(items, "base_offset")
+    for row, item in zip(out, items, strict=True):
+        if item.get("object") is None:
+            continue
+        row["object"] = layout.check_shared_path(item["object"])
+        for f in ("position", "size"):
+            v = item[f]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{f} must be an int >= 0, got {v!r}")
+            row[f] = v
+    return out
+
+
 # --------------------------------------------------------------------- the operations
 # One coroutine per operation: parse the request's fields, call the transaction coordinator.
 # A missing or mistyped field raises KeyError/TypeError/ValueError, which dispatch answers
@@ -170,8 +188,7 @@ async def _reserve(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
 
 async def _confirm(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.confirm(int(b["producer_id"]), int(b["epoch"]),
-                           _parts(b["partitions"], "base_offset"),
-                           bool(b.get("wait_stable", False)))
+                           _written(b["partitions"]), bool(b.get("wait_stable", False)))
 
 
 async def _heartbeat(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
@@ -197,7 +214,7 @@ async def _end_txn(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.end_txn(b["transactional_id"], int(b["producer_id"]), int(b["epoch"]),
                            bool(b["commit"]), None if members is None else
                            [int(m) for m in members], None if batch is None else int(batch),
-                           _parts(written, "base_offset") if written else None)
+                           _written(written) if written else None)
 
 
 async def _begin_batch(e: TransactionCoordinator, b: dict[str, Any]) -> Any:

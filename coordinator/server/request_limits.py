@@ -109,7 +109,13 @@ def _part(**extra: Int) -> ListOf:
 
 _PRODUCER = {"producer_id": Field(PRODUCER_ID), "epoch": Field(EPOCH)}
 _TXN_PRODUCER = {"transactional_id": Field(TXN_ID), **_PRODUCER}
-WRITTEN = _part(base_offset=OFFSET)
+# a written range; a run in a shared object also names the object (its name is checked
+# by the API) and its bytes there
+WRITTEN = ListOf(Obj({"topic": Field(TOPIC), "partition": Field(PARTITION),
+                      "base_offset": Field(OFFSET),
+                      "object": Field(Str(max_bytes=256), required=False, nullable=True),
+                      "position": Field(Int(0, INT64[1]), required=False, default=0),
+                      "size": Field(Int(0, INT64[1]), required=False, default=0)}))
 GROUP_BYTES = Str(max_bytes=4 << 20, min_chars=0)  # base64 of a group's metadata/assignment
 
 OPERATION_SHAPES: dict[str, Obj] = {

@@ -16,6 +16,8 @@ the jobs in ``maintenance`` only read the state and commit records.
 - ``completion_plan``: every object ending one transaction writes, fixed before any is
   (the Prepare record carries it)
 - ``merge_state``: what the log says about merged objects, per partition
+- ``shared_state``: what the log says about shared objects: each partition's tail of
+  confirmed runs, and shared objects no tail names any more
 - ``clean_state``: what the log says about compaction, per partition
 - ``retention_state``: what the log says about a partition's log start offset (retention
   and DeleteRecords)

@@ -20,11 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from txnlog.log_format.stable import TailEntry
+
 from ..errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
 from ..topic_config import effective_config
 from .clean_state import PartitionCleaning, apply_compact, apply_compacted
 from .completion_plan import CompletionPlan
-from .merge_state import PartitionMerges, apply_cleaned, apply_merge, apply_merged
+from .merge_state import SMALL, PartitionMerges, apply_cleaned, apply_merge, apply_merged
 from .partition_state import (
     PartitionOffset,
     PartitionState,
@@ -33,6 +35,7 @@ from .partition_state import (
     SeqEntry,
     UnreplicatedRange,
     UnreplicatedTxn,
+    WrittenRun,
     partition_key,
 )
 from .retention_state import (
@@ -43,11 +46,16 @@ from .retention_state import (
     restore_retention,
     retention_snapshot,
 )
+from .shared_state import SharedObjects
 from .states import TxnState
 from .txn_log_records import LogRecord
 from .txn_metadata import Txn
 
 PID_BLOCK = 1000
+# How long an idempotent reservation the coordinator fenced is remembered, so that its
+# writer's late confirm is refused (ProducerFenced) instead of taken for a retry of one that
+# succeeded: an hour, far beyond any client's request timeout and retries.
+FENCE_MEMORY_MS = 3600 * 1000
 SNAPSHOT_VERSION = 1
 
 
@@ -86,6 +94,14 @@ class CoordinatorState:
     retain_planned: dict[str, RetainPlan] = field(default_factory=dict)
     # Topics deleted whose objects are not all deleted yet: name -> partitions.
     topics_deleting: dict[str, int] = field(default_factory=dict)
+    # Each partition's confirmed runs in shared objects above M, and shared objects no run
+    # names any more (shared_state.py).
+    shared: SharedObjects = field(default_factory=SharedObjects)
+    # Idempotent reservations the coordinator fenced (never confirmed in time), with the
+    # fence's time: a late confirm of one must fail (its writer's put into its own shared
+    # object cannot meet the fence, as a put into the partition's name did), so it is
+    # remembered for FENCE_MEMORY_MS.
+    fenced: dict[PartitionOffset, int] = field(default_factory=dict)
     # Told of every record just before it is applied (the stable publisher's change
     # journal, stable_changes.py): not state, never in a snapshot, kept across ``restore``.
     observers: list[Callable[[CoordinatorState, LogRecord], None]] = field(
@@ -144,12 +160,16 @@ class CoordinatorState:
                 if (res := self.reservations.get(r)) is not None and not res.confirmed
                 and res.pid in committed and r not in verified]
 
-    def to_confirm(self, parts: list[PartitionOffset], pids: set[int], whose: str
-                   ) -> dict[int, list[PartitionOffset]]:
-        """The reservations among ``parts`` still to confirm, by producer; one reserved by a
-        producer outside ``pids`` is refused (Confirm and EndTxn's ``written``)."""
-        todo: dict[int, list[PartitionOffset]] = {}
-        for key in parts:
+    def to_confirm(self, parts: list[WrittenRun], pids: set[int], whose: str
+                   ) -> dict[int, list[list[Any]]]:
+        """The confirm record rows of the reservations among ``parts`` still to confirm,
+        by producer; one reserved by a producer outside ``pids`` is refused (Confirm and
+        EndTxn's ``written``). A row is ``[topic, p, base]`` for a range written as its own
+        object, ``[topic, p, base, end, object, position, size]`` for a run in a shared
+        object (its size is checked against nothing here: the writer's own bytes)."""
+        todo: dict[int, list[list[Any]]] = {}
+        for run in parts:
+            key = PartitionOffset(run.topic, run.partition, run.base)
             res = self.reservations.get(key)
             if res is None:
                 continue  # already resolved (a retry) or never ours: nothing to move
@@ -158,7 +178,10 @@ class CoordinatorState:
                     f"offset {key.base} of {key.topic}-{key.partition} was reserved by "
                     f"producer {res.pid}, not {whose}")
             if not res.confirmed:
-                todo.setdefault(res.pid, []).append(key)
+                row: list[Any] = [run.topic, run.partition, run.base]
+                if run.path is not None:
+                    row += [run.base + res.count, run.path, run.position, run.size]
+                todo.setdefault(res.pid, []).append(row)
         return todo
 
     # ==================================================================== apply
@@ -176,7 +199,18 @@ class CoordinatorState:
         apply_merge(self.merges, d)
 
     def _apply_merged(self, d: dict[str, Any]) -> None:
+        pm = self.merges.get(d["id"])
+        plan = pm.planned if pm is not None else None
         apply_merged(self.merges, d)
+        if plan is not None and pm is not None and pm.planned is None:
+            small = [i.end_offset for i in plan.inputs if i.level == SMALL]
+            if small:
+                self.shared.drop_below(d["id"], max(small),
+                                       int(d["ms"]) + max(plan.grace_ms, pm.grace_ms))
+
+    def _apply_shared_cleaned(self, d: dict[str, Any]) -> None:
+        """Shared objects no tail named, deleted after their grace period."""
+        self.shared.cleaned([str(p) for p in d["paths"]])
 
     def _apply_cleaned(self, d: dict[str, Any]) -> None:
         apply_cleaned(self.merges, d)
@@ -226,6 +260,7 @@ class CoordinatorState:
                                                log_start=leo)
             self.log_start_wanted.pop(key, None)
             self.retain_planned.pop(key, None)
+            self.shared.drop_partition(key, int(d.get("ms", 0)))
 
     def _apply_topic_config(self, d: dict[str, Any]) -> None:
         """IncrementalAlterConfigs: the topic's whole config after the change."""
@@ -289,10 +324,25 @@ class CoordinatorState:
     def _apply_confirm(self, d: dict[str, Any]) -> None:
         """Reserved ranges were written (``confirm``) or closed by a 0-byte object
         (``fence``): either way they are resolved."""
-        for topic, p, base in d["parts"]:
+        for row in d["parts"]:
+            topic, p, base = row[0], row[1], row[2]
             self._resolve(topic, p, base)
+            if len(row) == 7:  # a run in a shared object: part of the tail from now on
+                self.shared.add(partition_key(topic, p),
+                                TailEntry(base, row[3], row[4], row[5], row[6]))
 
-    _apply_fence = _apply_confirm
+    def _apply_fence(self, d: dict[str, Any]) -> None:
+        """Reserved ranges closed by a 0-byte object (never written): resolved, and
+        remembered so their writer's late confirm is refused (``ms``: idempotent fences,
+        logged by the reservation timer; a transaction's fences are in its Prepare)."""
+        for row in d["parts"]:
+            self._resolve(row[0], row[1], row[2])
+        if "ms" in d:
+            ms = int(d["ms"])
+            for row in d["parts"]:
+                self.fenced[PartitionOffset(row[0], int(row[1]), int(row[2]))] = ms
+            for k in [k for k, at in self.fenced.items() if at < ms - FENCE_MEMORY_MS]:
+                del self.fenced[k]
 
     def _apply_offsets(self, d: dict[str, Any]) -> None:
         self.txns[d["tid"]].offsets.append({"group": d["group"], "offsets": d["offsets"]})
@@ -476,6 +526,8 @@ class CoordinatorState:
                if self.cleanings else {}),
             **retention_snapshot(self.log_start_wanted, self.retain_planned,
                                  self.topics_deleting),
+            **self.shared.to_json(),
+            **({"fenced": [[*k, ms] for k, ms in self.fenced.items()]} if self.fenced else {}),
         }
 
     @classmethod
@@ -516,6 +568,9 @@ class CoordinatorState:
         st.cleanings = {k: PartitionCleaning.from_json(v)
                         for k, v in s.get("cleanings", {}).items()}
         st.log_start_wanted, st.retain_planned, st.topics_deleting = restore_retention(s)
+        st.shared = SharedObjects.from_json(s)
+        st.fenced = {PartitionOffset(r[0], int(r[1]), int(r[2])): int(r[3])
+                     for r in s.get("fenced", [])}
         return st
 
     def restore(self, s: dict[str, Any]) -> None:

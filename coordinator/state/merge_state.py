@@ -35,20 +35,27 @@ class MergeInput:
     size: int
     crc: int  # CRC32C of the object's bytes, checked when a restart reads them again
     has_txnindex: bool
+    # a run in a shared object: (object path, byte position); its bytes are ``size`` from
+    # there. None: the small object ``<topic>-<p>/<base>.log``
+    location: tuple[str, int] | None = None
 
-    def to_json(self) -> list[int]:
-        return [self.level, self.base_offset, self.end_offset, self.size, self.crc,
-                int(self.has_txnindex)]
+    def to_json(self) -> list[Any]:
+        row: list[Any] = [self.level, self.base_offset, self.end_offset, self.size, self.crc,
+                          int(self.has_txnindex)]
+        return row + list(self.location) if self.location is not None else row
 
     @classmethod
-    def from_json(cls, row: list[int]) -> MergeInput:
+    def from_json(cls, row: list[Any]) -> MergeInput:
+        loc = (str(row[6]), int(row[7])) if len(row) > 6 else None
         return cls(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
-                   bool(row[5]))
+                   bool(row[5]), loc)
 
     def paths(self, topic: str, partition: int) -> list[str]:
-        """Every object it stands for (log and indexes), as garbage once merged away."""
+        """Every object of the partition it stands for (log and indexes), as garbage once
+        merged away (a shared object is the tails', ``shared_state``)."""
         if self.level == SMALL:
-            out = [layout.segment_path(topic, partition, self.base_offset)]
+            out = [] if self.location is not None else [
+                layout.segment_path(topic, partition, self.base_offset)]
             if self.has_txnindex:
                 out.append(layout.segment_path(topic, partition, self.base_offset,
                                                layout.TXNINDEX_SUFFIX))

@@ -46,6 +46,19 @@ class PartitionOffset(NamedTuple):
     base: int
 
 
+class WrittenRun(NamedTuple):
+    """A reserved range its producer wrote, as Confirm and EndTxn's ``written`` name it: at
+    its own ``<topic>-<p>/<base>.log`` (``path`` None), or as the run of bytes
+    ``[position, position + size)`` of shared object ``path``."""
+
+    topic: str
+    partition: int
+    base: int
+    path: str | None = None
+    position: int = 0
+    size: int = 0
+
+
 class ReservedBatch(NamedTuple):
     """One partition of a ``reserve`` record: ``[topic, partition, base_seq, count, base]``."""
 

@@ -38,7 +38,7 @@ OWN_KINDS: dict[str, int] = {
     "topic": 1003,        # a topic was created
     "member": 1004,       # a member producer joined a transaction
     "reserve": 1005,      # offsets reserved for a producer in some partitions
-    "confirm": 1006,      # reserved ranges written to storage
+    "confirm": 1006,      # reserved ranges written to storage (own objects or shared runs)
     "fence": 1007,        # reserved ranges closed by a 0-byte object (never written)
     "offsets": 1008,      # consumer-group offsets added to a transaction
     "batch": 1009,        # a streaming batch began under a transactional id
@@ -54,6 +54,7 @@ OWN_KINDS: dict[str, int] = {
     "topic_delete": 1019,  # a topic was deleted
     "compact": 1020,      # a compaction of a partition's closed segments was planned
     "compacted": 1021,    # its cleaned segments and manifest are durable (clean_state.py)
+    "shared_cleaned": 1022,  # shared objects no partition's tail names were deleted
     "kafka_client": 1030,  # a Kafka client's transactional id got its epoch (kafka_txn.py)
 }
 KIND_OF_TYPE = {v: k for k, v in OWN_KINDS.items()}

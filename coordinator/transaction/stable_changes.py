@@ -38,7 +38,7 @@ from ..state.partition_state import partition_key
 from ..state.txn_log_records import LogRecord
 
 NO_PARTITIONS = frozenset({"takeover", "pid_block", "producer", "member", "batch", "offsets",
-                           "merge", "merged", "cleaned", "swept", "group_delete",
+                           "merge", "cleaned", "shared_cleaned", "swept", "group_delete",
                            "kafka_client", "compact", "compacted",
                            "log_start", "retain", "retained", "topic_config"})
 
@@ -61,6 +61,8 @@ def touched(state: CoordinatorState, rec: LogRecord) -> set[str] | None:
         return set()
     if kind == "topic":
         return {partition_key(d["name"], p) for p in range(int(d["partitions"]))}
+    if kind == "merged":  # M moved: the runs below it leave the partition's tail
+        return {str(d["id"])}
     if kind in ("reserve", "confirm", "fence"):
         return {partition_key(row[0], int(row[1])) for row in d["parts"]}
     if kind == "txn":

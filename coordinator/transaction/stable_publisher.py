@@ -78,6 +78,10 @@ class StablePublisher:
         self.base: stable.BaseRef | None = None
         self.base_parts: Offsets = {}
         self.since_base: Offsets = {}
+        # The same for tails (runs in shared objects above M): the base's, and every
+        # partition's tail as the newest head shows it where it changed since the base.
+        self.base_tails: dict[str, tuple[stable.TailEntry, ...]] = {}
+        self.since_tails: dict[str, tuple[stable.TailEntry, ...]] = {}
         # A base being written: the head seq whose state it holds, and what changed after
         # that head (the next since_base once the base is durable).
         self._next_base: tuple[int, Offsets] | None = None
@@ -119,6 +123,23 @@ class StablePublisher:
         self.state.release_unreplicated(vis.unreplicated)
         self.predecessor_floor = vis.predecessor_floor
         return vis.offsets
+
+    def current_tail(self, key: str) -> tuple[stable.TailEntry, ...]:
+        """The partition's tail as the newest head publishes it."""
+        v = self.since_tails.get(key)
+        return v if v is not None else self.base_tails.get(key, stable.NO_TAIL)
+
+    def _tail_changes(self, only: set[str] | None) -> dict[str, tuple[stable.TailEntry, ...]]:
+        """Partitions whose tail in the state differs from the newest head's."""
+        shared = self.state.shared
+        keys = (only if only is not None
+                else set(shared.tails) | set(self.since_tails) | set(self.base_tails))
+        out = {}
+        for k in keys:
+            now = tuple(shared.tail(k))
+            if now != self.current_tail(k):
+                out[k] = now
+        return out
 
     def current(self, key: str) -> tuple[int, int] | None:
         """What the newest head publishes for a partition (None: not in it)."""
@@ -201,28 +222,40 @@ class StablePublisher:
         only = self.journal.drain()
         view = self.publishable(only)
         changes = {k: v for k, v in view.items() if self.current(k) != v}
+        tail_changes = self._tail_changes(only)
+        for k in tail_changes:  # a delta names a partition whose tail moved, with its offsets
+            if k not in changes:
+                v = view.get(k) or self.current(k)
+                changes[k] = v if v is not None else (0, 0)
         if self.base is None:  # the first head of this coordinator: a base of its own
             parts = {**self.base_parts, **self.since_base, **changes}
-            data = stable.encode_base(epoch, seq, parts)
+            tails = {k: v for k, v in {**self.base_tails, **self.since_tails,
+                                       **tail_changes}.items() if v}
+            data = stable.encode_base(epoch, seq, parts, tails=tails)
             ref = await self._write(stable.stable_base_path(epoch, seq), self._io,
                                     stable.write_base, self.storage, epoch, seq, data)
             if ref is None:
                 raise KafkaStorageError(f"stable base {epoch}-{seq} holds other bytes")
             self.base, self.base_parts, self.since_base = ref, parts, {}
+            self.base_tails, self.since_tails = tails, {}
             self.observer.object_written("stable_base")
         else:
             self.since_base.update(changes)
+            self.since_tails.update(tail_changes)
             if self._next_base is not None:
                 self._next_base[1].update(changes)
         shown = self._omit_planted(changes)
         base, base_parts = self.base, self.base_parts  # a rebase may land during the write
-        data = stable.encode_delta(epoch, seq, base, shown)
+        base_tails = self.base_tails
+        shown_tails = {k: t for k in shown if (t := self.current_tail(k))}
+        data = stable.encode_delta(epoch, seq, base, shown, tails=shown_tails)
         ok = await self._write(stable.stable_path(epoch, seq), self._io,
                                stable.write_delta, self.storage, epoch, seq, data)
         if not ok:
             log.critical("stable head %s holds other bytes", stable.stable_path(epoch, seq))
-        return stable.StableSnapshot(epoch, seq, stable.Overlay(base_parts, shown),
-                                     int(time.time() * 1000))
+        return stable.StableSnapshot(
+            epoch, seq, stable.Overlay(base_parts, shown), int(time.time() * 1000),
+            tails=stable.TailOverlay(base_tails, shown, shown_tails))
 
     def _omit_planted(self, changes: Offsets) -> Offsets:
         """``since_base`` as the head shows it; the planted bug ``delta_omits_partition``
@@ -244,20 +277,26 @@ class StablePublisher:
         """Write a base holding head ``seq``'s state, in the background; heads keep standing
         on the current base (and collect what changes meanwhile) until it is durable."""
         since = dict(self.since_base)
+        since_tails = dict(self.since_tails)
         self._next_base = (seq, {})
         self._base_task = asyncio.get_running_loop().create_task(
-            self._rebase(seq, self.base_parts, since), name="stable-base")
+            self._rebase(seq, self.base_parts, since, self.base_tails, since_tails),
+            name="stable-base")
 
-    async def _rebase(self, seq: int, base_parts: Offsets, since: Offsets) -> None:
+    async def _rebase(self, seq: int, base_parts: Offsets, since: Offsets,
+                      base_tails: dict[str, tuple[stable.TailEntry, ...]],
+                      since_tails: dict[str, tuple[stable.TailEntry, ...]]) -> None:
         epoch = self.state.coordinator_epoch
 
-        def build() -> tuple[Offsets, bytes]:  # the root's size of work: off the loop
+        def build() -> tuple[Offsets, dict[str, tuple[stable.TailEntry, ...]], bytes]:
+            # the root's size of work: off the loop
             parts = {**base_parts, **since}
-            return parts, stable.encode_base(epoch, seq, parts)
+            tails = {k: v for k, v in {**base_tails, **since_tails}.items() if v}
+            return parts, tails, stable.encode_base(epoch, seq, parts, tails=tails)
 
         try:
-            parts, data = await asyncio.get_running_loop().run_in_executor(self._base_io,
-                                                                           build)
+            parts, tails, data = await asyncio.get_running_loop().run_in_executor(
+                self._base_io, build)
             ref = await self._write(stable.stable_base_path(epoch, seq), self._base_io,
                                     stable.write_base, self.storage, epoch, seq, data)
         except BaseException:
@@ -271,7 +310,10 @@ class StablePublisher:
         assert pending is not None
         # Between two heads (this runs on the loop): the next head stands on the new base
         # and carries only what changed after head ``seq``.
+        # what changed after head ``seq`` keeps its newest tail; the rest is in the base now
+        newest = {k: self.current_tail(k) for k in pending[1]}
         self.base, self.base_parts, self.since_base = ref, parts, pending[1]
+        self.base_tails, self.since_tails = tails, newest
         self.observer.object_written("stable_base")
 
     async def _write(self, path: str, pool: ThreadPoolExecutor,

@@ -134,5 +134,6 @@ class TransactionTimers:
             await self.io.call(self.io.storage.put_if_absent, path, b"")
             parts.append(r.where)
         log.info("fenced %d unconfirmed idempotent reservations", len(parts))
-        await self.commits.commit([LogRecord("fence", {"id": "", "parts": parts})])
+        await self.commits.commit([LogRecord("fence", {"id": "", "parts": parts,
+                                                       "ms": int(time.time() * 1000)})])
         await self.request_stable()

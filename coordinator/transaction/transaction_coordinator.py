@@ -61,6 +61,7 @@ from ..state.partition_state import (
     PartitionOffset,
     ProducerState,
     ReservedBatch,
+    WrittenRun,
     check_sequence,
     partition_key,
 )
@@ -84,8 +85,9 @@ ONE_SHOT_ID_RETENTION_MS = 10 * 60 * 1000
 LogFactory = Callable[["TransactionCoordinator", Any], TxnLog]
 
 
-def _offsets(parts: list[dict[str, Any]]) -> list[PartitionOffset]:
-    return [PartitionOffset(p["topic"], p["partition"], p["base_offset"]) for p in parts]
+def _offsets(parts: list[dict[str, Any]]) -> list[WrittenRun]:
+    return [WrittenRun(p["topic"], p["partition"], p["base_offset"], p.get("object"),
+                       p.get("position", 0), p.get("size", 0)) for p in parts]
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -447,7 +449,16 @@ class TransactionCoordinator:
                       wait_stable: bool = False) -> Reply:
         """The producer wrote these reserved ranges (idempotent); ``wait_stable``: answer
         once a stable snapshot reflecting them is out."""
-        todo = self.state.to_confirm(_offsets(parts), {pid}, str(pid)).get(pid)
+        runs = _offsets(parts)
+        fenced = [r for r in runs
+                  if PartitionOffset(r.topic, r.partition, r.base) in self.state.fenced]
+        if fenced:
+            raise ProducerFencedError(
+                f"producer {pid}: the offsets reserved at "
+                f"{', '.join(f'{r.topic}-{r.partition}@{r.base}' for r in fenced)} were "
+                "fenced before they were confirmed (not confirmed within the reservation "
+                "timeout): they are not written")
+        todo = self.state.to_confirm(runs, {pid}, str(pid)).get(pid)
         if todo:
             await self.commits.commit([LogRecord("confirm", {"id": str(pid), "pid": pid,
                                                              "parts": todo})])

@@ -74,7 +74,9 @@ def partition_snapshot(snapshot: StableSnapshot | None, topic: str,
         return None
     key = f"{topic}-{partition}"
     parts = {key: snapshot.partitions[key]} if key in snapshot.partitions else {}
-    return StableSnapshot(snapshot.coordinator_epoch, snapshot.seq, parts, snapshot.written_ms)
+    tail = snapshot.tails.get(key)
+    return StableSnapshot(snapshot.coordinator_epoch, snapshot.seq, parts, snapshot.written_ms,
+                          tails={key: tail} if tail else {})
 
 
 def _resolve(reader: PartitionReader, spec: OffsetSpec, opts: ReadOptions, *, starting: bool,

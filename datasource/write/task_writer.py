@@ -223,8 +223,8 @@ class TaskWriter:
         """Put and confirm one flush (on the flush thread); then it counts as written."""
         written = self.segments.write(reservation)
         self.segments.confirm(written)
-        for (t, p, base), enc in zip(written, reservation.encoded.values(), strict=True):
-            self.written.append((t, p, base, enc.record_count))
+        for w, enc in zip(written, reservation.encoded.values(), strict=True):
+            self.written.append((w.topic, w.partition, w.base, enc.record_count))
             self.records += enc.record_count
 
 

@@ -9,11 +9,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from txnlog.coordinator.client import segment_writer
 from txnlog.coordinator.client.segment_writer import PartitionCounts, Partitioner, SegmentWriter
-from txnlog.coordinator.errors import ProducerFencedError, UnknownTopicOrPartitionError
+from txnlog.coordinator.errors import UnknownTopicOrPartitionError
 from txnlog.log_format import layout, topics
 from txnlog.log_format.arrow.arrow_codec import encode_arrow, scan_batches
 from txnlog.log_format.codec.partitioner import partition_for_key
+from txnlog.log_format.segments import shared_object
 from txnlog.log_format.storage import Storage
 
 _io = ThreadPoolExecutor(max_workers=2)
@@ -50,35 +52,52 @@ def test_reserve_stamp_put_confirm(file_root: str) -> None:
     w = SegmentWriter(client, storage, 7, 0, _io)  # type: ignore[arg-type]
     first = {("t", 0): encoded(3, w.next_sequence(("t", 0))),
              ("t", 1): encoded(2, w.next_sequence(("t", 1)))}
+    sizes = [len(e.stamp_base_offset(0)) for e in first.values()]
     written = w.write(w.reserve(first))
-    assert written == [("t", 0, 0), ("t", 1, 0)]
+    # one shared object for both partitions, each partition's batches one run in it
+    assert [(x.topic, x.partition, x.base) for x in written] == [("t", 0, 0), ("t", 1, 0)]
+    assert len({x.object for x in written}) == 1
+    path = written[0].object
+    assert path is not None and path.startswith("_wal/00000000000000000007-00000-")
+    assert [(x.position, x.size) for x in written] == [(0, sizes[0]), (sizes[0], sizes[1])]
+    assert storage.list(layout.partition_dir("t", 0)) == []  # nothing per partition
+    footer = shared_object.read_footer(storage.get(path))
+    assert (footer.producer_id, footer.epoch) == (7, 0)
+    assert footer.entries == [("t", 0, 0, 3, 0, sizes[0]), ("t", 1, 0, 2, sizes[0], sizes[1])]
     assert w.sequences == {("t", 0): 3, ("t", 1): 2}
     w.confirm(written, wait_stable=True)
     second = {("t", 0): encoded(4, w.next_sequence(("t", 0)))}
-    assert w.write(w.reserve(second)) == [("t", 0, 3)]
+    again = w.write(w.reserve(second))
+    assert [(x.topic, x.partition, x.base) for x in again] == [("t", 0, 3)]
+    assert again[0].object != path  # every flush its own object
     assert client.calls[0] == ("reserve", (7, 0, {("t", 0): (0, 3), ("t", 1): (0, 2)}))
-    assert client.calls[1] == ("confirm", (7, 0, [("t", 0, 0), ("t", 1, 0)], True))
+    assert client.calls[1] == ("confirm", (7, 0, written, True))
     assert client.calls[2] == ("reserve", (7, 0, {("t", 0): (3, 4)}))
-    # the stored segment carries its reserved base offset (stamped in place, CRC still valid)
-    index = scan_batches(storage.get(layout.segment_path("t", 0, 3)))
+    # the run carries its reserved base offset (stamped in place, CRC still valid)
+    run = storage.get(again[0].object, again[0].position, again[0].position + again[0].size)
+    index = scan_batches(run)
     assert [int(b) for b in index["base_offset"]] == [3]
     assert [int(s) for s in index["base_sequence"]] == [3]
     w.start_epoch(8, 1)  # a new epoch starts its sequences at 0
     assert (w.producer_id, w.epoch, w.next_sequence(("t", 0))) == (8, 1, 0)
 
 
-def test_a_lost_put_is_producer_fenced_and_nothing_is_confirmed(file_root: str) -> None:
+def test_a_taken_name_is_retried_under_a_new_one(file_root: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing points at a shared object before its confirm, so a name found taken (only a
+    64-bit collision can do that) is simply replaced; the taken object is left as it was."""
     storage = Storage.for_url(file_root)
     client = RecordingClient()
-    w = SegmentWriter(client, storage, 7, 0, _io, name="member producer")  # type: ignore[arg-type]
-    storage.put_if_absent(layout.segment_path("t", 1, 0), b"")  # the coordinator's fence
-    reservation = w.reserve({("t", 0): encoded(1, 0), ("t", 1): encoded(1, 0)})
-    with pytest.raises(ProducerFencedError, match=r"member producer 7 .*in t-1 were fenced"):
-        w.write(reservation)
+    w = SegmentWriter(client, storage, 7, 0, _io)  # type: ignore[arg-type]
+    taken = layout.shared_object_path(layout.shared_object_name(7, 0, "0" * 16))
+    storage.put_if_absent(taken, b"someone else's")
+    nonces = iter(["0" * 16, "1" * 16])
+    monkeypatch.setattr(segment_writer.secrets, "token_hex", lambda _n: next(nonces))
+    written = w.write(w.reserve({("t", 0): encoded(1, 0)}))
+    assert written[0].object == layout.shared_object_path(layout.shared_object_name(7, 0,
+                                                                                    "1" * 16))
+    assert storage.get(taken) == b"someone else's"
     assert [c for c, _ in client.calls] == ["reserve"]
-    # the sequences moved on: a retry of the same data is a new reservation
-    assert w.sequences == {("t", 0): 1, ("t", 1): 1}
-
 
 def test_partition_counts_read_once_or_create(file_root: str) -> None:
     storage = Storage.for_url(file_root)

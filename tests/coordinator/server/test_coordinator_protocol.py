@@ -515,6 +515,12 @@ def test_unconfirmed_idempotent_reservation_is_fenced_and_metrics(tmp_path: Path
             time.sleep(0.1)
         st = Storage.for_url(root)
         assert st.get(layout.segment_path("t", 0, r[("t", 0)])) == b""
+        # the writer comes back and wrote its shared object after all: its confirm is
+        # refused (its put could not meet the fence), nothing of it becomes visible
+        late = layout.shared_object_path(layout.shared_object_name(pid, ep, "ab" * 8))
+        with pytest.raises(errors.ProducerFencedError, match="fenced before they were confirmed"):
+            c.confirm(pid, ep, [("t", 0, r[("t", 0)], late, 0, 70)])
+        assert c.describe_topic("t")["offsets"][0]["hw"] == 3
         text = urllib.request.urlopen(f"{proc.endpoint}/metrics").read().decode()
         assert "txnlog_coordinator_reservations_total 1.0" in text
         assert "txnlog_coordinator_open_transactions" in text
