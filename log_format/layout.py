@@ -157,6 +157,13 @@ def shared_object_path(name: str) -> str:
     return f"{SHARED_DIR}/{name}"
 
 
+def shared_object_writer(path: str) -> tuple[int, int]:
+    """(producer id, epoch) a shared object's name carries."""
+    m = _SHARED_RE.fullmatch(check_shared_path(path)[len(SHARED_DIR) + 1:])
+    assert m is not None
+    return int(m.group(1)), int(m.group(2))
+
+
 def check_shared_path(path: object) -> str:
     """``path`` if it is ``_wal/<valid name>``; ValueError otherwise."""
     if not isinstance(path, str) or not path.startswith(SHARED_DIR + "/"):

@@ -40,6 +40,9 @@ Names and where they act:
 - ``gateway_fetch_ignores_lso``: the Kafka gateway serves a read_committed Fetch up to the
   HW instead of the LSO, so a Kafka client reads an open transaction's records (which
   may abort later) (coordinator/gateway/consume.py)
+- ``shared_deleted_early``: the merger deletes a shared object as soon as one partition
+  merged its run out of it, while other partitions' tails still name it
+  (coordinator/maintenance/log_merger.py)
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
                    "delete_before_grace", "merge_above_lso", "compact_ignore_aborted",
                    "read_below_log_start", "retention_deletes_kept_segment",
-                   "gateway_fetch_ignores_lso"})
+                   "gateway_fetch_ignores_lso", "shared_deleted_early"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

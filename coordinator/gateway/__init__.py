@@ -12,6 +12,8 @@ Modules: ``codec`` (kio: headers, bodies, plain dicts to kio entities), ``versio
 ApiVersions advertises), ``errors`` (Kafka's error codes and the coordinator's errors
 mapped to them), ``backend`` (storage, the coordinator client, caches, thread pools),
 ``consume`` (Metadata, ListOffsets, Fetch), ``produce`` (InitProducerId, Produce),
+``flush_window`` (every connection's Produce requests of a window written as one object,
+with one reserve and one confirm),
 ``groups`` (FindCoordinator, consumer groups, offsets), ``txn`` (transactional producers),
 ``admin`` (Kafka's admin APIs over the coordinator's topic and config operations),
 ``admin_groups`` (the group and transaction admin APIs), ``admin_configs`` (Kafka's topic

@@ -30,6 +30,7 @@ from txnlog.log_format.storage import Storage
 from ..client.coordinator_client import CoordinatorClient
 from ..errors import NotCoordinatorError
 from ..security import Credentials
+from .flush_window import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_FLUSH_MAX_BYTES, FlushWindow
 
 T = TypeVar("T")
 TOPIC_TTL_S = 5.0          # topic metadata (partition counts never shrink)
@@ -52,6 +53,9 @@ class GatewayConfig:
     wait_threads: int = 64
     fetch_poll_s: float = 0.05      # how often a long-polling Fetch looks for new data
     max_request_bytes: int = 100 << 20  # Kafka's socket.request.max.bytes
+    # Produce requests collected into one object (flush_window), or until this many bytes
+    flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS
+    flush_max_bytes: int = DEFAULT_FLUSH_MAX_BYTES
 
 
 class Backend:
@@ -70,6 +74,9 @@ class Backend:
         self._snapshot_lock = threading.Lock()
         self._readers: dict[tuple[str, int, str], tuple[threading.Lock, PartitionReader]] = {}
         self._readers_lock = threading.Lock()
+        self.flush_window = FlushWindow(self.run, lambda op, body: self.client.call(op, body),
+                                        self.storage.put_if_absent, config.flush_interval_ms,
+                                        config.flush_max_bytes)
 
     def close(self) -> None:
         self.io.shutdown(wait=False, cancel_futures=True)

@@ -1,12 +1,13 @@
 """InitProducerId and Produce: a Kafka producer's batches written through txnlog's one
-write path (reserve → stamp → put-if-absent → confirm, ``segment_writer``'s steps).
+write path (reserve → stamp → one shared object → confirm), for every connection's
+Produce requests of a flush window at once (``flush_window``).
 
 A Produce request carries one v2 batch per partition. Its producer id, epoch and base
 sequence go to the coordinator's Reserve as they are, so Kafka's idempotence is the
 coordinator's: a retried batch (same sequence) gets the same offsets, a gap is
 OutOfOrderSequence, an old epoch InvalidProducerEpoch/ProducerFenced. The batch is stored
-verbatim apart from its baseOffset (outside the CRC, as a broker assigns it), put-if-absent
-at ``<topic>-<p>/<base>.log``, then confirmed. A non-transactional batch is acknowledged
+verbatim apart from its baseOffset (outside the CRC, as a broker assigns it), in the
+window's shared object, then confirmed. A non-transactional batch is acknowledged
 once the stable state shows it (``wait_stable``), so a consumer that starts after the ack
 reads it, as after a broker's acks=all; a transactional one becomes visible with its
 EndTxn.
@@ -20,26 +21,24 @@ fenced by the coordinator's timers, never half-visible.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from txnlog.log_format import layout
 from txnlog.log_format.arrow.arrow_codec import scan_batches
 from txnlog.log_format.codec.batch_header import (
     CONTROL_FLAG,
     TRANSACTIONAL_FLAG,
     parse_header,
-    set_base_offset,
 )
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.layout import TopicPartition
 
-from ..errors import CoordinatorError, ProducerFencedError
+from ..errors import CoordinatorError
 from . import errors as E
 from .backend import Backend
 from .codec import ms
+from .flush_window import WindowBatch, WindowEntry
 
 log = logging.getLogger("txnlog.gateway")
 
@@ -126,48 +125,30 @@ def _parse(topic: str, partition: int, records: bytes | None) -> _Batch:
                   h.records_count, bool(h.attributes & TRANSACTIONAL_FLAG))
 
 
-def _write(backend: Backend, b: _Batch) -> bool:
-    set_base_offset(b.data, 0, b.base_offset)
-    return backend.storage.put_if_absent(
-        layout.segment_path(b.topic, b.partition, b.base_offset), bytes(b.data))
-
-
 async def _write_group(backend: Backend, pid: int, epoch: int, batches: list[_Batch],
                        sequences: dict[TopicPartition, int] | None, wait_stable: bool,
                        transactional_id: str | None = None) -> None:
-    """Reserve, write and confirm one producer's batches; sets each batch's outcome.
+    """Reserve, write and confirm one producer's batches through the flush window (one
+    object and one reserve/confirm per window, whatever the producers and partitions);
+    sets each batch's outcome.
 
     ``sequences``: the gateway's own sequence numbers (id-less producers) instead of the
-    batches' own."""
-    client = backend.client
-    want: dict[TopicPartition, tuple[int, int]] = {}
+    batches' own; raises if any batch of such a producer failed (its sequences are then in
+    doubt: the connection takes a new id)."""
+    entry_batches = []
     for b in batches:
         tp = TopicPartition(b.topic, b.partition)
         seq = b.base_sequence if sequences is None else sequences.get(tp, 0)
-        want[tp] = (seq, b.count)
-    if transactional_id is None:
-        bases = await backend.run(client.reserve, pid, epoch, want)
-    else:  # a Kafka client's transaction: its epoch and sequences are translated
-        r = await backend.run(client.call, "kafka_reserve", {
-            "transactional_id": transactional_id, "producer_id": pid, "epoch": epoch,
-            "partitions": [{"topic": t, "partition": p, "base_sequence": s, "count": c}
-                           for (t, p), (s, c) in want.items()]})
-        bases = {TopicPartition(x["topic"], x["partition"]): x["base_offset"]
-                 for x in r["partitions"]}
-        epoch = r["epoch"]  # the coordinator's, for the confirm
-    if sequences is not None:
-        for tp, (seq, count) in want.items():
-            sequences[tp] = seq + count
-    for b in batches:
-        b.base_offset = bases[TopicPartition(b.topic, b.partition)]
-    ok = await asyncio.gather(*(backend.run(_write, backend, b) for b in batches))
-    lost = [b for b, good in zip(batches, ok, strict=True) if not good]
-    for b in lost:
-        b.error, b.message = ProducerFencedError.code, \
-            "the offsets reserved for this batch were fenced before it was written"
-    done = [(b.topic, b.partition, b.base_offset) for b in batches if b.error == 0]
-    if done:
-        await backend.run(client.confirm, pid, epoch, done, wait_stable)
+        if sequences is not None:
+            sequences[tp] = seq + b.count
+        entry_batches.append(WindowBatch(b.topic, b.partition, b.data, seq, b.count))
+    entry = WindowEntry(pid, epoch, transactional_id, entry_batches, wait_stable)
+    await backend.flush_window.submit(entry)
+    for b, w in zip(batches, entry_batches, strict=True):
+        b.base_offset, b.error, b.message = w.base_offset, w.error, w.message
+    failed = next((w for w in entry_batches if w.error), None)
+    if failed is not None and sequences is not None:
+        raise _BatchError(failed.error, failed.message or "")
 
 
 async def produce(backend: Backend, req: Any, version: int, conn: Connection

@@ -32,6 +32,7 @@ from . import admin, admin_groups, codec, consume, groups, produce, txn
 from . import errors as E
 from . import versions as V
 from .backend import Backend, GatewayConfig
+from .flush_window import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_FLUSH_MAX_BYTES
 
 log = logging.getLogger("txnlog.gateway")
 
@@ -229,6 +230,7 @@ class Gateway:
             self._server.close()
         for task in list(self._connections):
             task.cancel()
+        await self.backend.flush_window.stop()
         self.backend.close()
 
 
@@ -258,6 +260,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", default=None)
     parser.add_argument("--coordinator-ca", default=None,
                         help="CA of the coordinator's TLS certificate")
+    parser.add_argument("--flush-interval-ms", type=int, default=DEFAULT_FLUSH_INTERVAL_MS,
+                        help="Produce requests of every connection arriving within this "
+                             "window are written as one object with one reserve and one "
+                             "confirm (default %(default)s, as WarpStream's agents; 0: "
+                             "flush as soon as the previous window is reserved)")
+    parser.add_argument("--flush-max-bytes", type=int, default=DEFAULT_FLUSH_MAX_BYTES,
+                        help="flush a window early once this many bytes wait "
+                             "(default %(default)s)")
     parser.add_argument("--port-file", default=None,
                         help="write the bound port here once listening (tests)")
     parser.add_argument("--log-level", default="INFO")
@@ -281,11 +291,15 @@ def run(args: argparse.Namespace) -> int:
         print("--tls-cert and --tls-key go together", file=sys.stderr)
         return 2
     ctx = server_ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    if args.flush_interval_ms < 0 or args.flush_max_bytes < 1:
+        print("--flush-interval-ms must be >= 0 and --flush-max-bytes >= 1", file=sys.stderr)
+        return 2
     host, port = args.listen
     config = GatewayConfig(root=args.root, node_id=args.node_id,
                            storage_options=options or None, coordinator=args.coordinator,
                            credentials=Credentials.resolve(token, args.coordinator_ca),
-                           sasl_token=token)
+                           sasl_token=token, flush_interval_ms=args.flush_interval_ms,
+                           flush_max_bytes=args.flush_max_bytes)
 
     async def main() -> None:
         from txnlog.log_format.arrow.warmup import warm_up

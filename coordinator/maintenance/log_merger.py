@@ -124,6 +124,9 @@ class LogMerger:
         # below the published LSO, no run): the published LSO then; looked at again once
         # it moves or a record touches them, not at every tick
         self.quiet: dict[str, int] = {}
+        # shared objects some partition merged runs out of (only the planted bug
+        # shared_deleted_early reads it)
+        self._merged_from: set[str] = set()
         self.idle_looked: set[str] = set()  # looked at idle since their last touch
         self.sweep: list[str] = []  # every partition, once, at start (old roots convert)
         self.refused: set[str] = set()
@@ -425,7 +428,7 @@ class LogMerger:
         for (base, size, loc), (nxt, _, _) in itertools.pairwise(rows):
             if nxt > lso:
                 break
-            out.append(SmallObject(base, nxt, size, base in txn and loc is None, loc))
+            out.append(SmallObject(base, nxt, size, base in txn, loc))
         return out
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -452,6 +455,7 @@ class LogMerger:
                   None if s.location is None else (*s.location, s.size))
                  for s in choice.small]
         metas, built = await self._read_and_merge(topic, p, rows, parallel)
+        self._merged_from.update(row[4][0] for row in rows if row[4] is not None)
         inputs = [MergeInput(row[0], row[1], row[2], size, crc, row[3],
                              None if row[4] is None else (row[4][0], row[4][1]))
                   for row, (size, crc) in zip(rows, metas, strict=True)]
@@ -538,7 +542,25 @@ class LogMerger:
             await self.commits.commit([LogRecord("cleaned", {"id": key, "n": due})])
             deleted += len(paths) + small
             self.observer.object_written("deleted", len(paths) + small)
-        return deleted
+        return deleted + await self.clean_shared(now)
+
+    async def clean_shared(self, now: int) -> int:
+        """Delete the shared objects no partition's tail names any more whose grace period
+        is over (every partition they held runs of has merged past them), and log it."""
+        if planted_bugs.enabled("shared_deleted_early"):
+            # planted bug (chaos self-test): a shared object deleted as soon as one of its
+            # partitions merged past it; the others still read their runs from it
+            doomed = sorted({e.path for tail in self.state.shared.tails.values()
+                             for e in tail if e.path in self._merged_from})
+            doomed += self.state.shared.due(1 << 62)
+        else:
+            doomed = self.state.shared.due(now)
+        if not doomed:
+            return 0
+        await self._call("delete_many", doomed)
+        await self.commits.commit([LogRecord("shared_cleaned", {"id": "", "paths": doomed})])
+        self.observer.object_written("deleted", len(doomed))
+        return len(doomed)
 
     # ------------------------------------------------------------------------ lifecycle
     async def stop(self) -> None:

@@ -59,7 +59,7 @@ from .merge_policy import MAX_IO_PARALLEL
 # (level, base offset, end offset, has .txnindex, location) of one input, as the merger
 # lists them; location (shared object path, position, size) for a run in a shared object,
 # None for an object of the partition's own
-Row = tuple[int, int, int, bool, "tuple[str, int, int] | None"]
+Row = tuple[int, int, int, bool] | tuple[int, int, int, bool, "tuple[str, int, int] | None"]
 # the most requests of one merge in flight at once (merge_policy.io_parallelism decides how
 # many a merge uses: one while merging keeps up, more as its backlog grows)
 IO_THREADS = MAX_IO_PARALLEL
@@ -113,7 +113,7 @@ def read_and_merge(storage: Storage, reads: ThreadPoolExecutor, topic: str, p: i
     paths: list[tuple[str, int, int] | str] = []
     for row in rows:
         path, tpath = input_paths(topic, p, row)
-        loc = row[4]
+        loc = row[4] if len(row) > 4 else None  # rows of four: objects of the partition
         paths.append(path if loc is None else loc)
         if row[3]:
             paths.append(tpath)

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import generate_latest
-from txnlog.log_format import layout
 
 from ..errors import (
     CoordinatorError,
@@ -36,8 +35,10 @@ from ..errors import (
 )
 from ..group.group_membership import GROUP_OPERATIONS
 from ..maintenance.topic_admin import ADMIN_TOPIC_OPERATIONS
+from ..transaction.flush_calls import FLUSH_OPERATIONS
 from ..transaction.kafka_txn import KAFKA_TXN_OPERATIONS
 from ..transaction.transaction_coordinator import TransactionCoordinator
+from ..wire import written_parts
 from .admin_ops import ADMIN_OPERATIONS
 from .http_server import Reply
 from .metrics import Metrics
@@ -144,23 +145,6 @@ def _parts(items: list[dict[str, Any]], *fields: str) -> list[dict[str, Any]]:
     return out
 
 
-def _written(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Confirm's and EndTxn's written ranges: topic, partition, base_offset, and for a run
-    in a shared object its ``object`` (``_wal/<name>``, nothing else), ``position`` and
-    ``size`` (ints >= 0)."""
-    out = _parts(items, "base_offset")
-    for row, item in zip(out, items, strict=True):
-        if item.get("object") is None:
-            continue
-        row["object"] = layout.check_shared_path(item["object"])
-        for f in ("position", "size"):
-            v = item[f]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{f} must be an int >= 0, got {v!r}")
-            row[f] = v
-    return out
-
-
 # --------------------------------------------------------------------- the operations
 # One coroutine per operation: parse the request's fields, call the transaction coordinator.
 # A missing or mistyped field raises KeyError/TypeError/ValueError, which dispatch answers
@@ -188,7 +172,7 @@ async def _reserve(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
 
 async def _confirm(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.confirm(int(b["producer_id"]), int(b["epoch"]),
-                           _written(b["partitions"]), bool(b.get("wait_stable", False)))
+                           written_parts(b["partitions"]), bool(b.get("wait_stable", False)))
 
 
 async def _heartbeat(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
@@ -214,7 +198,7 @@ async def _end_txn(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     return await e.end_txn(b["transactional_id"], int(b["producer_id"]), int(b["epoch"]),
                            bool(b["commit"]), None if members is None else
                            [int(m) for m in members], None if batch is None else int(batch),
-                           _written(written) if written else None)
+                           written_parts(written) if written else None)
 
 
 async def _begin_batch(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
@@ -254,6 +238,7 @@ OPERATIONS: dict[str, Handler] = {
     "committed_offsets": _committed, "end_txn": _end_txn, "begin_batch": _begin_batch,
     "create_topic": _create_topic, "describe_topic": _describe_topic,
     "list_topics": _list_topics, "describe_txn": _describe_txn, "stable": _stable,
+    **FLUSH_OPERATIONS,  # a gateway's flush: many producers' reserves/confirms in one call
     **ADMIN_TOPIC_OPERATIONS,  # delete records, alter configs
     **ADMIN_OPERATIONS,  # list/delete groups, list/describe/abort transactions, producers
     **GROUP_OPERATIONS,  # consumer-group membership for gateways (group_membership.py)

@@ -205,6 +205,15 @@ OPERATION_SHAPES: dict[str, Obj] = {
                                   "metadata": Field(Str(min_chars=0), required=False,
                                                     default="")})))}),
     "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
+    # a gateway's flush (transaction/flush_calls.py): many producers in one call
+    "reserve_many": Obj({"entries": Field(ListOf(Obj({
+        **_PRODUCER,
+        "transactional_id": Field(TXN_ID, required=False, nullable=True),
+        "partitions": Field(_part(base_sequence=Int(0, INT32[1]),
+                                  count=Int(1, INT32[1])))})))}),
+    "confirm_many": Obj({"entries": Field(ListOf(Obj({**_PRODUCER,
+                                                      "partitions": Field(WRITTEN)}))),
+                         "wait_stable": Field(Bool(), required=False, default=False)}),
     # the topic lifecycle (maintenance/topic_admin.py)
     "delete_records": Obj({
         "partitions": Field(_part(offset=Int(-1, INT64[1]))),

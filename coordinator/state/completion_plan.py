@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from txnlog.log_format import layout
 from txnlog.log_format.codec.control import ControlType, Marker, encode_markers
+from txnlog.log_format.segments import shared_object
 
 from .partition_state import PartitionOffset
 
@@ -58,7 +60,10 @@ class CompletionPlan:
     ``verified``: reservations checked in storage before Prepare (a commit never includes an
     unwritten one); ``fences``: reservations closed by 0-byte objects; ``shared``: marker
     objects this plan shares with others planned in the same group, by their base offset;
-    ``next_pid``/``next_epoch``: the producer id and epoch after the bump.
+    ``next_pid``/``next_epoch``: the producer id and epoch after the bump;
+    ``marker_object``: the one shared object holding this plan's markers of every partition
+    (``_wal/…``; None in plans logged before markers shared an object: one object per
+    partition, at its base offset).
     """
 
     outcome: str  # "commit" | "abort"
@@ -73,6 +78,9 @@ class CompletionPlan:
     next_pid: int | None
     next_epoch: int | None
     shared: list[PartitionOffset] = field(default_factory=list)
+    marker_object: str | None = None
+    # [position, size] of each row of ``markers`` in ``marker_object``
+    marker_runs: list[list[int]] = field(default_factory=list)
 
     @property
     def commit(self) -> bool:
@@ -88,6 +96,9 @@ class CompletionPlan:
             "next_pid": self.next_pid, "next_epoch": self.next_epoch}
         if self.shared:
             d["shared"] = self.shared
+        if self.marker_object is not None:
+            d["marker_object"] = self.marker_object
+            d["marker_runs"] = self.marker_runs
         return d
 
     @classmethod
@@ -102,7 +113,9 @@ class CompletionPlan:
             verified=[PartitionOffset(*v) for v in d["verified"]],
             reason=d.get("reason", "client"), batch_id=d.get("batch_id"),
             next_pid=d.get("next_pid"), next_epoch=d.get("next_epoch"),
-            shared=[PartitionOffset(*s) for s in d.get("shared", [])])
+            shared=[PartitionOffset(*s) for s in d.get("shared", [])],
+            marker_object=d.get("marker_object"),
+            marker_runs=[[int(a), int(b)] for a, b in d.get("marker_runs", [])])
 
     def marker_bytes(self, row: MarkerRow) -> bytes:
         """The control batches of this plan's markers in one partition (deterministic: a
@@ -110,6 +123,25 @@ class CompletionPlan:
         return encode_markers([Marker(_CONTROL[m.commit], m.pid, m.epoch,
                                       self.coordinator_epoch, self.ts)
                                for m in row.markers], base_offset=row.base)
+
+
+    def in_one_object(self, path: str) -> None:
+        """Put every partition's markers of this plan in the shared object ``path``."""
+        self.marker_object = path
+        _data, entries = self.marker_object_bytes()
+        self.marker_runs = [[e.position, e.size] for e in entries]
+
+    def marker_object_bytes(self) -> tuple[bytes, list[shared_object.SharedEntry]]:
+        """The marker object's bytes (every partition's control batches, in plan order,
+        and the footer naming the producer its name carries) and where each partition's
+        run lies in it: deterministic, so a restart writes the same bytes to the same
+        name."""
+        assert self.marker_object is not None
+        producer_id, epoch = layout.shared_object_writer(self.marker_object)
+        return shared_object.build(
+            [shared_object.RunToWrite(r.topic, r.partition, r.base, r.base + len(r.markers),
+                                      self.marker_bytes(r)) for r in self.markers],
+            producer_id, epoch)
 
 
 def share_markers(plans: list[CompletionPlan]) -> None:
@@ -124,6 +156,8 @@ def share_markers(plans: list[CompletionPlan]) -> None:
     runs: dict[tuple[str, int], list[Any]] = {}
     done: list[tuple[str, int, list[Any]]] = []
     for plan in plans:
+        if plan.marker_object is not None:
+            continue  # its markers are in an object of its own, every partition's
         indexed = {(row.topic, row.partition) for row in plan.txnindex}
         for t, p, base, ms in plan.markers:
             if (t, p) in indexed:

@@ -414,6 +414,12 @@ class CoordinatorState:
         for row in plan.markers if plan is not None else []:
             self.partitions[partition_key(row.topic, row.partition)].unresolved.pop(row.base,
                                                                                    None)
+        if plan is not None and plan.marker_object is not None:
+            # the markers are written (Complete follows them): part of the tails now
+            for row, (pos, size) in zip(plan.markers, plan.marker_runs, strict=True):
+                self.shared.add(partition_key(row.topic, row.partition),
+                                TailEntry(row.base, row.base + len(row.markers),
+                                          plan.marker_object, pos, size))
         pids = txn.producer_pids()
         for where in txn.reservations:
             self._resolve(*where)

@@ -54,6 +54,8 @@ class MergeInput:
         """Every object of the partition it stands for (log and indexes), as garbage once
         merged away (a shared object is the tails', ``shared_state``)."""
         if self.level == SMALL:
+            # a run in a shared object: only its .txnindex (an aborted transaction's
+            # markers) is the partition's
             out = [] if self.location is not None else [
                 layout.segment_path(topic, partition, self.base_offset)]
             if self.has_txnindex:

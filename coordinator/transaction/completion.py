@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -367,6 +368,19 @@ class Completer:
                 raise KafkaStorageError(f"txnindex object {path} holds other bytes")
             self.observer.object_written("txnindex")
 
+        async def marker_object(plan: CompletionPlan) -> None:
+            # every partition's markers of one transaction: one object, one PUT
+            assert plan.marker_object is not None
+            data, _ = plan.marker_object_bytes()
+            if not await io.call(storage.put_if_absent, plan.marker_object, data):
+                found = await io.call(storage.get, plan.marker_object)
+                if found != data:  # a restart rewrites the same bytes; anything else is not ours
+                    log.critical("marker object %s holds other bytes", plan.marker_object)
+                    raise KafkaStorageError(f"marker object {plan.marker_object} holds "
+                                            "other bytes")
+            self.observer.object_written("marker")
+            faults.point("after_marker")
+
         jobs = []
         objects: dict[PartitionOffset, dict[int, bytes]] = {}  # object -> base -> bytes
         mine: dict[PartitionOffset, list[bytes]] = {}
@@ -374,6 +388,9 @@ class Completer:
         for plan in plans:
             jobs += [fence(*f) for f in plan.fences]
             jobs += [index(row) for row in plan.txnindex]
+            if plan.marker_object is not None:
+                jobs.append(marker_object(plan))
+                continue
             in_object = {(s.topic, s.partition): s.base for s in plan.shared}
             shared_objs.update(plan.shared)
             for row in plan.markers:
@@ -465,4 +482,7 @@ def plan_completion(state: CoordinatorState, txn: Txn, commit: bool, committed: 
         fences=fences, verified=list(verified), reason=reason,
         batch_id=batch_id if batch_id is not None else txn.batch_id,
         next_pid=next_pid, next_epoch=next_epoch)
+    if markers:  # every partition's markers in one shared object (named in the plan)
+        plan.in_one_object(layout.shared_object_path(layout.shared_object_name(
+            txn.pid, txn.epoch, secrets.token_hex(8))))
     return plan, records

@@ -31,7 +31,7 @@ OWN_KIND_NAMES = {1000: "takeover", 1001: "pid_block", 1002: "producer", 1003: "
                   1008: "offsets", 1009: "batch", 1010: "merge", 1011: "merged",
                   1012: "cleaned", 1013: "swept", 1014: "group_delete",
                   1015: "log_start", 1016: "retain", 1017: "retained", 1018: "topic_config",
-                  1019: "topic_delete", 1020: "compact", 1021: "compacted",
+                  1019: "topic_delete", 1020: "compact", 1021: "compacted", 1022: "shared_cleaned",
                   1030: "kafka_client"}
 
 Decoded = tuple[str | None, str | None]

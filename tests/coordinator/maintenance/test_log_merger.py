@@ -20,9 +20,10 @@ from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format import layout
 from txnlog.log_format.codec.dump import dump_files
-from txnlog.log_format.codec.records import iter_batches
+from txnlog.log_format.codec.records import encode_batch, iter_batches
 from txnlog.log_format.manifest import PartitionManifest, read_latest_manifest
 from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.segments import shared_object
 from txnlog.log_format.storage import Storage
 
 from tests.coordinator_proc import CoordinatorProc
@@ -79,6 +80,41 @@ def small_logs(storage: Storage, topic: str) -> list[int]:
             if (p := layout.parse_segment_name(o.name)) and p.suffix == layout.LOG_SUFFIX]
 
 
+def shared_runs(storage: Storage, topic: str) -> dict[int, tuple[str, bytes]]:
+    """Partition 0's runs in shared objects (data and markers), by base offset: (object
+    name, the run's bytes), from the objects' footers."""
+    out: dict[int, tuple[str, bytes]] = {}
+    for o in storage.list(layout.SHARED_DIR):
+        try:
+            data = storage.get(f"{layout.SHARED_DIR}/{o.name}")
+        except FileNotFoundError:
+            continue  # deleted (merged away) since the listing
+
+        for e in shared_object.read_footer(data).entries:
+            if (e.topic, e.partition) == (topic, 0):
+                out[e.base] = (o.name, data[e.position:e.position + e.size])
+    return out
+
+
+def write_legacy(root: str, endpoint: str, topic: str, n: int) -> list[str]:
+    """n records, one idempotent write each, the way clients wrote before shared objects:
+    an object of the partition's own at ``<topic>-0/<base>.log``, confirmed without a
+    location (a root written by an earlier version holds exactly these)."""
+    client = CoordinatorClient(endpoint)
+    storage = Storage.for_url(root)
+    pid, epoch = client.init_producer_id(None)
+    values_ = []
+    for i in range(n):
+        value = f"old{i}".encode()
+        base = client.reserve(pid, epoch, {(topic, 0): (i, 1)})[(topic, 0)]
+        data = encode_batch([(None, value, [], None)], base_offset=base, producer_id=pid,
+                            producer_epoch=epoch, base_sequence=i)
+        assert storage.put_if_absent(layout.segment_path(topic, 0, base), data)
+        client.confirm(pid, epoch, [(topic, 0, base)], wait_stable=True)
+        values_.append(value.decode())
+    return values_
+
+
 def test_merged_reads_equal_small_object_reads(every_root: str) -> None:
     storage = Storage.for_url(every_root)
     with coordinator(every_root) as proc:
@@ -94,13 +130,14 @@ def test_merged_reads_equal_small_object_reads(every_root: str) -> None:
         assert values(storage, "t") == committed
         assert values(storage, "t", "read_uncommitted") == uncommitted_before
         assert len(uncommitted_before) > len(committed)  # aborted data is there, filtered
-        # every merged object holds exactly the small objects' bytes of its range (the grace
-        # period has not passed: they are all still there)
-        logs = sorted(small_logs(storage, "t"))
+        # every merged object holds exactly the bytes of the runs of its range, data and
+        # markers, taken out of the shared objects (the grace period has not passed: they
+        # are all still there); nothing was ever written per partition
+        assert small_logs(storage, "t") == []
+        runs = shared_runs(storage, "t")
         for obj in man.objects:
             merged = storage.get(obj.path("t", 0))
-            parts = [storage.get(layout.segment_path("t", 0, b)) for b in logs
-                     if obj.base_offset <= b < obj.end_offset]
+            parts = [runs[b][1] for b in sorted(runs) if obj.base_offset <= b < obj.end_offset]
             assert merged == b"".join(parts)
             # kafka-python reads it batch for batch, CRCs valid
             ours = [b.base_offset for b in iter_batches(merged)]
@@ -132,15 +169,22 @@ def test_merged_away_objects_are_deleted_and_a_zombie_name_stays_invisible(
         committed = write(every_root, proc.endpoint, "g", 60, abort_every=0)
         hw = PartitionReader(storage, "g", 0).high_watermark()
         man = wait_manifest(storage, "g", hw - 8)
+
+        def merged_away_left() -> list[str]:  # shared objects whose runs all lie below M
+            by_object: dict[str, int] = {}
+            for base, (name, _) in shared_runs(storage, "g").items():
+                by_object[name] = max(by_object.get(name, -1), base)
+            return [n for n, last in by_object.items() if last < man.end_offset]
+
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and min(small_logs(storage, "g")) < man.end_offset:
+        while time.monotonic() < deadline and merged_away_left():
             time.sleep(0.2)
-        assert min(small_logs(storage, "g")) >= man.end_offset  # merged away, then deleted
+        assert merged_away_left() == []  # merged away, then deleted after the grace
+        assert any(b >= man.end_offset for b in shared_runs(storage, "g"))  # the tail stays
         assert values(storage, "g") == committed
-        # a zombie's late put-if-absent into a freed name succeeds ...
+        # a zombie's late put-if-absent into a partition's name below M succeeds ...
         freed = layout.segment_path("g", 0, 10)
-        assert storage.put_if_absent(freed, storage.get(layout.segment_path(
-            "g", 0, min(small_logs(storage, "g")))))
+        assert storage.put_if_absent(freed, next(iter(shared_runs(storage, "g").values()))[1])
         # ... and no reader sees it
         assert values(storage, "g") == committed
         # the planted bug "a reader trusting merged-away small objects" would
@@ -201,20 +245,25 @@ def test_a_planned_merge_is_finished_with_merging_off(file_root: str) -> None:
 
 
 def test_a_root_written_without_merging_is_converted_while_serving(file_root: str) -> None:
+    """A root of the earlier layout (an object per partition per write, no merging) keeps
+    reading and is merged while it serves; writes of today (shared objects) continue it,
+    and both kinds merge into one Kafka log."""
     storage = Storage.for_url(file_root)
     with coordinator(file_root, "--no-merge") as proc:
         CoordinatorClient(proc.endpoint).create_topic("old", 1)
-        committed = write(file_root, proc.endpoint, "old", 80)
+        committed = write_legacy(file_root, proc.endpoint, "old", 40)
+        committed += write(file_root, proc.endpoint, "old", 20, start=40)
     before = len(small_logs(storage, "old"))
     assert read_latest_manifest(storage, "old", 0) is None
+    assert values(storage, "old") == committed  # both kinds read as one partition
     with coordinator(file_root) as proc:
         hw = PartitionReader(storage, "old", 0).high_watermark()
         man = wait_manifest(storage, "old", hw - 8)
         assert man.start_offset == 0
         assert values(storage, "old") == committed
-        more = write(file_root, proc.endpoint, "old", 10, start=80)
+        more = write(file_root, proc.endpoint, "old", 10, start=60)
     assert values(storage, "old") == committed + more
-    assert before >= 80
+    assert before >= 40
 
 
 def _newest_snapshot(storage: Storage) -> dict:
