@@ -43,6 +43,9 @@ Names and where they act:
 - ``shared_deleted_early``: the merger deletes a shared object as soon as one partition
   merged its run out of it, while other partitions' tails still name it
   (coordinator/maintenance/log_merger.py)
+- ``trust_unconfirmed_runs``: readers take a partition's runs from the shared objects'
+  footers (what writers wrote: a zombie's or a killed writer's unconfirmed runs too) instead
+  of the published tail of confirmed runs (log_format/reader.py)
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore
                    "one_shot_early_drop", "delta_omits_partition", "trust_merged_away",
                    "delete_before_grace", "merge_above_lso", "compact_ignore_aborted",
                    "read_below_log_start", "retention_deletes_kept_segment",
-                   "gateway_fetch_ignores_lso", "shared_deleted_early"})
+                   "gateway_fetch_ignores_lso", "shared_deleted_early",
+                   "trust_unconfirmed_runs"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

@@ -47,6 +47,7 @@ from .layout import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     OFFSET_DIGITS,
+    SHARED_DIR,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     parse_segment_name,
@@ -282,6 +283,8 @@ class PartitionReader:
                 for t in (self._snapshot.tail(self.topic, self.partition)
                           if self._snapshot is not None else ())
                 if t.base >= merged_end]
+        if planted_bug_enabled("trust_unconfirmed_runs"):
+            runs += self._unconfirmed_runs(merged_end, {r[0] for r in runs})
         rows = sorted([(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", 0)
                        for base, size in logs] + runs)
         for i, (base, size, path, position) in enumerate(rows):
@@ -293,6 +296,25 @@ class PartitionReader:
         self._txnindexes = sorted(txn)
         self._listed_hw = hw
         self._listed_at = listed_at
+
+    def _unconfirmed_runs(self, merged_end: int, known: set[int]
+                          ) -> list[tuple[int, int, str, int]]:
+        """The planted bug ``trust_unconfirmed_runs`` (chaos self-test): runs of this
+        partition taken from the shared objects' own footers (what writers wrote, a zombie's
+        or a killed writer's too) instead of the published tail (what the coordinator
+        confirmed)."""
+        from .segments.shared_object import SharedObjectError, read_footer
+        out = []
+        for obj in self.storage.list(SHARED_DIR):
+            path = f"{SHARED_DIR}/{obj.name}"
+            try:
+                entries = read_footer(self.storage.get(path)).entries
+            except (FileNotFoundError, SharedObjectError):
+                continue
+            out += [(e.base, e.size, path, e.position) for e in entries
+                    if (e.topic, e.partition) == (self.topic, self.partition)
+                    and e.base >= merged_end and e.base not in known]
+        return out
 
     def _max_listing_age(self) -> float:
         """How long a listing may be trusted for small objects: half the grace period after

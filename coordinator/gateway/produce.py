@@ -21,6 +21,7 @@ fenced by the coordinator's timers, never half-visible.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,6 +49,7 @@ class Connection(Protocol):
     producer it writes through, kept for the connection's life."""
 
     producer: GatewayProducer | None
+    produce_order: asyncio.Lock
 
 RETRIABLE_CODES = {E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS,
                    E.COORDINATOR_NOT_AVAILABLE, E.KAFKA_STORAGE_ERROR, E.UNKNOWN_SERVER_ERROR}
@@ -125,16 +127,13 @@ def _parse(topic: str, partition: int, records: bytes | None) -> _Batch:
                   h.records_count, bool(h.attributes & TRANSACTIONAL_FLAG))
 
 
-async def _write_group(backend: Backend, pid: int, epoch: int, batches: list[_Batch],
-                       sequences: dict[TopicPartition, int] | None, wait_stable: bool,
-                       transactional_id: str | None = None) -> None:
-    """Reserve, write and confirm one producer's batches through the flush window (one
-    object and one reserve/confirm per window, whatever the producers and partitions);
-    sets each batch's outcome.
-
-    ``sequences``: the gateway's own sequence numbers (id-less producers) instead of the
-    batches' own; raises if any batch of such a producer failed (its sequences are then in
-    doubt: the connection takes a new id)."""
+def _entry(pid: int, epoch: int, batches: list[_Batch],
+           sequences: dict[TopicPartition, int] | None, wait_stable: bool,
+           transactional_id: str | None = None) -> WindowEntry:
+    """One producer's batches as the flush window writes them (one object and one
+    reserve/confirm per window, whatever the producers and partitions). ``sequences``: the
+    gateway's own sequence numbers (id-less producers) instead of the batches' own, moved
+    on at once (a failure gives the connection a new id)."""
     entry_batches = []
     for b in batches:
         tp = TopicPartition(b.topic, b.partition)
@@ -142,67 +141,76 @@ async def _write_group(backend: Backend, pid: int, epoch: int, batches: list[_Ba
         if sequences is not None:
             sequences[tp] = seq + b.count
         entry_batches.append(WindowBatch(b.topic, b.partition, b.data, seq, b.count))
-    entry = WindowEntry(pid, epoch, transactional_id, entry_batches, wait_stable)
-    await backend.flush_window.submit(entry)
-    for b, w in zip(batches, entry_batches, strict=True):
-        b.base_offset, b.error, b.message = w.base_offset, w.error, w.message
-    failed = next((w for w in entry_batches if w.error), None)
-    if failed is not None and sequences is not None:
-        raise _BatchError(failed.error, failed.message or "")
+    return WindowEntry(pid, epoch, transactional_id, entry_batches, wait_stable)
+
+
+def _storage_code(exc: BaseException) -> int:
+    code = E.code_of(exc)
+    if code == E.UNKNOWN_SERVER_ERROR:  # the client learns nothing more: say it here
+        log.warning("produce answered UNKNOWN_SERVER_ERROR: %r", exc)
+    if code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS):
+        code = E.KAFKA_STORAGE_ERROR  # retriable for a producer: same sequences
+    return code
 
 
 async def produce(backend: Backend, req: Any, version: int, conn: Connection
                   ) -> dict[str, Any] | None:
+    """Produce: every producer's batches of the request go to the flush window, in the
+    order the connection's requests came (``conn.produce_order``: a pipelined request of
+    the same producer must not overtake this one), then wait for their outcome."""
     batches: list[_Batch] = []
-    for t in req.topic_data:
-        for p in t.partition_data:
-            b = _parse(t.name, p.index, p.records)
+    waiting: list[tuple[list[_Batch], WindowEntry, GatewayProducer | None]] = []
+    async with conn.produce_order:
+        for t in req.topic_data:
+            for p in t.partition_data:
+                b = _parse(t.name, p.index, p.records)
+                if b.error == 0:
+                    n = await backend.run(backend.partitions, t.name)
+                    if n is None or not 0 <= p.index < n:
+                        b.error, b.message = E.UNKNOWN_TOPIC_OR_PARTITION, None
+                batches.append(b)
+        groups: dict[tuple[int, int], list[_Batch]] = {}
+        for b in batches:
             if b.error == 0:
-                n = await backend.run(backend.partitions, t.name)
-                if n is None or not 0 <= p.index < n:
-                    b.error, b.message = E.UNKNOWN_TOPIC_OR_PARTITION, None
-            batches.append(b)
-    good = [b for b in batches if b.error == 0]
-    groups: dict[tuple[int, int], list[_Batch]] = {}
-    for b in good:
-        groups.setdefault((b.producer_id, b.epoch), []).append(b)
-    for (pid, epoch), group in groups.items():
-        try:
-            if pid < 0:
-                if any(b.transactional for b in group):
-                    raise _BatchError(E.INVALID_RECORD, "a transactional batch needs an id")
-                if conn.producer is None:
-                    gp, ge = await backend.run(backend.client.init_producer_id, None)
-                    conn.producer = GatewayProducer(gp, ge)
-                gprod = conn.producer
-                try:
-                    await _write_group(backend, gprod.producer_id, gprod.epoch, group,
-                                       gprod.sequences, wait_stable=True)
-                except Exception:
-                    conn.producer = None  # its sequences are in doubt: a new id next time
-                    raise
-            else:
-                transactional = any(b.transactional for b in group)
-                tid = getattr(req, "transactional_id", None)
-                if transactional and not tid:
-                    raise _BatchError(E.INVALID_RECORD,
-                                      "a transactional batch needs the request's transactional id")
-                await _write_group(backend, pid, epoch, group, None,
-                                   wait_stable=not transactional,
+                groups.setdefault((b.producer_id, b.epoch), []).append(b)
+        for (pid, epoch), group in groups.items():
+            try:
+                if pid < 0:
+                    if any(b.transactional for b in group):
+                        raise _BatchError(E.INVALID_RECORD, "a transactional batch needs an id")
+                    if conn.producer is None:
+                        gp, ge = await backend.run(backend.client.init_producer_id, None)
+                        conn.producer = GatewayProducer(gp, ge)
+                    gprod = conn.producer
+                    entry = _entry(gprod.producer_id, gprod.epoch, group, gprod.sequences,
+                                   wait_stable=True)
+                    waiting.append((group, entry, gprod))
+                else:
+                    transactional = any(b.transactional for b in group)
+                    tid = getattr(req, "transactional_id", None)
+                    if transactional and not tid:
+                        raise _BatchError(
+                            E.INVALID_RECORD,
+                            "a transactional batch needs the request's transactional id")
+                    entry = _entry(pid, epoch, group, None, wait_stable=not transactional,
                                    transactional_id=tid if transactional else None)
-        except _BatchError as exc:
-            for b in group:
-                b.error, b.message = exc.code, str(exc)
-        except Exception as exc:
-            code = E.code_of(exc)
-            if code == E.UNKNOWN_SERVER_ERROR:  # the client learns nothing more: say it here
-                log.warning("produce of producer %d epoch %d answered UNKNOWN_SERVER_ERROR: %r",
-                            pid, epoch, exc)
-            if code in (E.NOT_COORDINATOR, E.COORDINATOR_LOAD_IN_PROGRESS):
-                code = E.KAFKA_STORAGE_ERROR  # retriable for a producer: same sequences
-            for b in group:
-                b.error, b.message = code, str(exc)[:500] if isinstance(
-                    exc, CoordinatorError | OSError) else None
+                    waiting.append((group, entry, None))
+                backend.flush_window.enqueue(entry)
+            except _BatchError as exc:
+                for b in group:
+                    b.error, b.message = exc.code, str(exc)
+            except Exception as exc:
+                code = _storage_code(exc)
+                for b in group:
+                    b.error, b.message = code, str(exc)[:500] if isinstance(
+                        exc, CoordinatorError | OSError) else None
+    for group, entry, gprod in waiting:
+        await asyncio.shield(entry.done)
+        for b, w in zip(group, entry.batches, strict=True):
+            b.base_offset, b.error, b.message = w.base_offset, w.error, w.message
+        if gprod is not None and any(w.error for w in entry.batches) \
+                and conn.producer is gprod:
+            conn.producer = None  # its sequences are in doubt: a new id next time
     if req.acks == 0:
         return None
     by_topic: dict[str, list[dict[str, Any]]] = {}

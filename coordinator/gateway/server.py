@@ -77,6 +77,12 @@ def api_versions_body(error_code: int = 0) -> dict[str, Any]:
                          for k, (lo, hi) in sorted(V.SUPPORTED.items())]}
 
 
+# Produce requests of one connection handled at once (librdkafka keeps at most 5 in flight)
+MAX_PIPELINED = 16
+PRODUCE_KEY = V.PRODUCE.to_bytes(2, "big")
+SEND_DRAIN_S = 30.0  # answers still owed when the client stops sending: sent within this
+
+
 class Connection:
     """One client connection: its authentication state and its request loop."""
 
@@ -89,29 +95,68 @@ class Connection:
         self.authenticated = gateway.backend.config.sasl_token is None
         self.handshake_done = False
         self.producer: produce.GatewayProducer | None = None  # for producers without ids
+        # Produce requests reach the flush window in the order they came (produce.py)
+        self.produce_order = asyncio.Lock()
 
     async def serve(self) -> None:
+        """Read requests and answer them in order. Produce requests are pipelined: the
+        next one is read and handled while earlier ones wait for their flush window (a
+        client such as librdkafka keeps up to five in flight per connection, each one
+        partition's batch, and one window per request would hold it to five batches per
+        window); responses still go out in request order, as Kafka requires. Any other
+        request waits for every earlier one, as a broker handles a connection's requests
+        one at a time."""
+        answers: asyncio.Queue[asyncio.Task[bytes | bool | None] | None] = asyncio.Queue(
+            MAX_PIPELINED)
+        sender = asyncio.get_running_loop().create_task(self._send(answers))
+        outstanding: list[asyncio.Task[bytes | bool | None]] = []
         try:
-            while True:
+            while not sender.done():
                 head = await self.reader.readexactly(4)
                 size = int.from_bytes(head, "big", signed=True)
                 if size < 8 or size > self.gateway.backend.config.max_request_bytes:
                     log.info("%s: request size %d refused; closing", self.peer, size)
                     return
                 frame = await self.reader.readexactly(size)
-                answer = await self.handle(frame)
-                if answer is None:
-                    continue
-                if answer is False:
-                    return
-                self.writer.write(answer)
-                await self.writer.drain()
+                produce_request = frame[:2] == PRODUCE_KEY and self.authenticated
+                if not produce_request and outstanding:
+                    await asyncio.wait(outstanding)  # a broker's order for everything else
+                outstanding = [t for t in outstanding if not t.done()]
+                task = asyncio.get_running_loop().create_task(self.handle(frame))
+                outstanding.append(task)
+                await answers.put(task)
+                if not produce_request:
+                    await asyncio.wait([task])
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, TimeoutError):
             pass
         finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                answers.put_nowait(None)
+            if not sender.done():
+                await asyncio.wait([sender], timeout=SEND_DRAIN_S)
+            sender.cancel()
+            for task in outstanding:
+                task.cancel()
             self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
+
+    async def _send(self, answers: asyncio.Queue[asyncio.Task[bytes | bool | None] | None]
+                    ) -> None:
+        """Write each request's answer in request order; closes on a False answer."""
+        try:
+            while (task := await answers.get()) is not None:
+                answer = await task
+                if answer is None:
+                    continue
+                if answer is False:
+                    break
+                self.writer.write(answer)
+                await self.writer.drain()
+        except (ConnectionError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
+            pass
+        finally:
+            self.writer.close()  # ends the reading side too
 
     async def handle(self, frame: bytes) -> bytes | bool | None:
         """The response frame, None (no response: acks=0), or False (close)."""

@@ -10,6 +10,7 @@ a last check fails if any switch has no test planting it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from txnlog.log_format import layout
 from txnlog.log_format.arrow.arrow_codec import encode_arrow
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.manifest import read_latest_manifest
+from txnlog.log_format.segments import shared_object
 from txnlog.log_format.storage import Storage
 
 from . import workload
@@ -386,6 +388,85 @@ def zombie_put(storage: Storage, pid: int, epoch: int, base: int) -> bool:
     return storage.put_if_absent(layout.segment_path(TOPIC, 0, base), data)
 
 
+# ---------------------------------------------------------------------- shared objects
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "trust_unconfirmed_runs"])
+def test_trust_unconfirmed_runs_reads_a_zombies_shared_object(
+        planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zombie's write lands in a shared object of its own (its name is fresh: nothing
+    can stop the put), but its range was fenced and its confirm can change nothing, so no
+    published tail names it. A reader taking runs from the shared objects' footers instead
+    of the confirmed tails reads it where it read nothing before."""
+    rec = Recorder(tmp_path)
+    root, proc = coordinator(tmp_path)
+    storage = Storage.for_url(root)
+    try:
+        c = proc.client()
+        pid, epoch, base = zombie_reserves(rec, c)
+        rec.scan(root, "scan", "read_uncommitted")
+        zombie_fenced(rec, c, pid, epoch)
+        rec.scan(root, "scan", "read_uncommitted")
+        data = encode_arrow(pa.RecordBatch.from_pydict({"value": [b"7"]}), producer_id=pid,
+                            producer_epoch=epoch, base_sequence=0,
+                            transactional=True).with_base_offset(base)
+        obj, runs = shared_object.build(
+            [shared_object.RunToWrite(TOPIC, 0, base, base + 1, data)], pid, epoch)
+        path = layout.shared_object_path(layout.shared_object_name(pid, epoch, "ab" * 8))
+        assert storage.put_if_absent(path, obj)  # the zombie's put always lands now
+        with contextlib.suppress(cerr.CoordinatorError):  # nothing to confirm any more
+            c.confirm(pid, epoch, [(TOPIC, 0, base, path, runs[0].position, runs[0].size)])
+        if planted:
+            monkeypatch.setenv("TXNLOG_UNSAFE", "trust_unconfirmed_runs")
+        rec.final(root)
+        monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    finally:
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "inconsistent-offset" in found, found
+    else:
+        assert found == {}
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "shared_deleted_early"])
+def test_shared_deleted_early_loses_another_partitions_run(
+        planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One transaction writes partitions 0 and 1: one shared object holds both runs.
+    Partition 0 then gets enough commits to be merged past that object; partition 1 does
+    not. The object may go only once every partition it holds runs of merged past it: a
+    merger deleting it when the first one did loses partition 1's committed record."""
+    rec = Recorder(tmp_path)
+    if planted:
+        monkeypatch.setenv("TXNLOG_UNSAFE", "shared_deleted_early")
+    root, proc = merging_coordinator(tmp_path, 2000)
+    monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
+    storage = Storage.for_url(root)
+    try:
+        p = producer(root, proc.endpoint, "P")
+        p.begin_transaction()
+        rec.send(p, "P:0", 1, 0)
+        rec.send(p, "P:0", 2, 1)
+        assert rec.end(p, "P:0", commit=True) == "ok"
+        first = {o.name for o in storage.list(layout.SHARED_DIR)}
+        commit_some(rec, p, 1, 8)  # partition 0 only: it merges past the first object
+        wait_for(lambda: merged_end(storage) > 2, "partition 0 merged past the first object")
+        deadline = time.monotonic() + 6  # the grace (2 s) and a cleanup pass, with margin
+        while time.monotonic() < deadline and first <= {o.name for o in
+                                                        storage.list(layout.SHARED_DIR)}:
+            time.sleep(0.1)
+        try:
+            rec.final(root)
+            lost = None
+        except FileNotFoundError as exc:  # the run's object is gone: what the bug does
+            lost = exc
+    finally:
+        proc.stop()
+    if planted:
+        assert lost is not None or rec.check(), "a lost shared object went unnoticed"
+    else:
+        assert lost is None and rec.check() == {}
+        assert first <= {o.name for o in storage.list(layout.SHARED_DIR)}  # still named
+
+
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "trust_merged_away"])
 def test_trust_merged_away_reads_a_zombie_in_a_freed_name(
         planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -545,7 +626,10 @@ def test_the_harness_catches_merging_bugs(planted: str, fault: str, seed: int,
 # not meet in a short run have their deterministic tests above only: plain_put and
 # abort_after_prepare (zombie, coordinator-faultpoints: none in 12 s), no_epoch_check
 # (zombie: caught with seed 5, not 7), merge_above_lso (the reserve-to-put gap is too short),
-# read_below_log_start (--retention: its readers never lag below a log start in 20 s).
+# read_below_log_start (--retention: its readers never lag below a log start in 20 s),
+# trust_unconfirmed_runs (a zombie's or killed client's unconfirmed run lies in an aborted
+# range, which read_committed readers drop anyway: client-kill and none report nothing in
+# 15 s; its deterministic test reads one with read_uncommitted).
 HARNESS_SEEDS = (5, 7, 11)
 HARNESS = [
     # the same runs with nothing planted (retention too) report nothing
@@ -563,6 +647,11 @@ HARNESS = [
                  r"missing from storage"
                  r"|^FileNotFoundError: .*/chaos-[ab]-\d+/(segments|runs/\d+)/\d{20}\.\w+'",
                  id="retention_deletes_kept_segment"),
+    # a shared object deleted while another partition's tail names it: the final read (or
+    # a reader's poll) finds the object gone
+    pytest.param("shared_deleted_early", "none", 10.0, False,
+                 r"^FileNotFoundError: .*/_wal/\d{20}-\d{5}-[0-9a-f]{16}\.wal'",
+                 id="shared_deleted_early"),
 ]
 
 
