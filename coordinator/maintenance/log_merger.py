@@ -71,6 +71,7 @@ from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
 log = logging.getLogger("txnlog.coordinator.maintenance.log_merger")
 
 MERGES_PER_TICK = 64  # merges before the loop yields to a cleanup pass and a new tick
+ORPHAN_SWEEP_S = 60.0  # how often _wal/ is listed for shared objects no confirm named
 
 
 class MergeRefused(Exception):
@@ -127,6 +128,9 @@ class LogMerger:
         # shared objects some partition merged runs out of (only the planted bug
         # shared_deleted_early reads it)
         self._merged_from: set[str] = set()
+        # shared objects seen named by nothing: path -> when first seen (orphan sweep)
+        self._orphans: dict[str, float] = {}
+        self._orphan_listed = 0.0
         self.idle_looked: set[str] = set()  # looked at idle since their last touch
         self.sweep: list[str] = []  # every partition, once, at start (old roots convert)
         self.refused: set[str] = set()
@@ -421,14 +425,22 @@ class LogMerger:
                 txn.add(parsed.base_offset)
         # the partition's runs in shared objects (its tail in the state): never listed
         key = partition_key(topic, p)
-        runs = [(t.base, t.size, (t.path, t.position)) for t in self.state.shared.tail(key)
+        runs = [(t.base, t.size, (t.path, t.position), t.end)
+                for t in self.state.shared.tail(key)
                 if merged_end is None or t.base >= merged_end]
-        rows = sorted([(base, size, None) for base, size in logs] + runs)
+        rows = sorted([(base, size, None, None) for base, size in logs] + runs)
         out = []
-        for (base, size, loc), (nxt, _, _) in itertools.pairwise(rows):
+        for (base, size, loc, _), (nxt, _, _, _) in itertools.pairwise(rows):
             if nxt > lso:
                 break
             out.append(SmallObject(base, nxt, size, base in txn, loc))
+        else:
+            # the last one, if a run: its end is known exactly (an object of the partition's
+            # own is named by its base only, so it waits for a successor), so an idle
+            # partition's last run merges too and its shared object can go
+            if rows and rows[-1][2] is not None and rows[-1][3] <= lso:
+                base, size, loc, end = rows[-1]
+                out.append(SmallObject(base, end, size, base in txn, loc))
         return out
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -547,6 +559,7 @@ class LogMerger:
     async def clean_shared(self, now: int) -> int:
         """Delete the shared objects no partition's tail names any more whose grace period
         is over (every partition they held runs of has merged past them), and log it."""
+        doomed_orphans = await self._orphans_due()
         if planted_bugs.enabled("shared_deleted_early"):
             # planted bug (chaos self-test): a shared object deleted as soon as one of its
             # partitions merged past it; the others still read their runs from it
@@ -555,12 +568,43 @@ class LogMerger:
             doomed += self.state.shared.due(1 << 62)
         else:
             doomed = self.state.shared.due(now)
+        doomed = sorted(set(doomed) | set(doomed_orphans))
         if not doomed:
             return 0
         await self._call("delete_many", doomed)
         await self.commits.commit([LogRecord("shared_cleaned", {"id": "", "paths": doomed})])
         self.observer.object_written("deleted", len(doomed))
         return len(doomed)
+
+    async def _orphans_due(self) -> list[str]:
+        """Shared objects no tail and no garbage row names, seen so by this process for
+        ``orphan_age_s`` (one LIST of ``_wal/`` per ORPHAN_SWEEP_S): a zombie's object, a
+        writer's killed between its put and its confirm. A restarted coordinator starts
+        counting again (what it saw is memory, never the log): later, never wrong."""
+        now = time.monotonic()
+        if now - self._orphan_listed < min(ORPHAN_SWEEP_S, self.settings.orphan_age_s / 2):
+            return []
+        self._orphan_listed = now
+        listing = await self._call("list", layout.SHARED_DIR, None)
+        shared = self.state.shared
+        seen: dict[str, float] = {}
+        due = []
+        for name, _size in listing:
+            path = f"{layout.SHARED_DIR}/{name}"
+            if path in shared.refs or path in shared.garbage or self._names_marker(path):
+                continue
+            first = self._orphans.get(path, now)
+            seen[path] = first
+            if now - first >= self.settings.orphan_age_s:
+                due.append(path)
+        self._orphans = seen
+        return due
+
+    def _names_marker(self, path: str) -> bool:
+        """A transaction still being completed names its marker object before the
+        markers are part of any tail (Prepare to Complete)."""
+        return any(t.plan is not None and t.plan.marker_object == path
+                   for t in self.state.txns.values())
 
     # ------------------------------------------------------------------------ lifecycle
     async def stop(self) -> None:

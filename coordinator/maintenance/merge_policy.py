@@ -62,12 +62,19 @@ class MergeSettings:
     # read and build merges in a worker process (merge_worker.py); None: on remote storage
     isolate: bool | None = None
     worker_timeout_s: float = 600.0  # a merge in the worker taking longer: killed, retried
+    # a shared object no confirm ever named (a zombie's, a writer killed between its put and
+    # its confirm, a gateway window whose confirm failed) is deleted once it was seen
+    # unnamed for this long: past the longest transaction timeout (15 min) and the
+    # reservation timeout, no confirm of it can still succeed
+    orphan_age_s: float = 16 * 60.0
 
     def __post_init__(self) -> None:
         if self.min_objects < 2 or self.fanout < 2 or self.max_inputs < 2:
             raise ValueError("merge min objects, fanout and max inputs must be >= 2")
         if not self.worker_timeout_s > 0:
             raise ValueError("the merge worker timeout must be > 0 s")
+        if not self.orphan_age_s > 0:
+            raise ValueError("the shared object orphan age must be > 0 s")
 
 
 def io_parallelism(pending: int, min_objects: int) -> int:

@@ -140,6 +140,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a step of a merge (its build, its writes, a cleanup) the "
                              "worker process has not finished after this many seconds: the "
                              "worker is killed and the step retried (default 600)")
+    parser.add_argument("--shared-orphan-age-s", type=_positive_float, default=960.0,
+                        help="a shared object no confirm named, seen so for this long, is "
+                             "deleted (a zombie's, a writer's killed between its put and its "
+                             "confirm); keep it above the longest transaction timeout "
+                             "(default 960)")
     parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
                         help="how often retention.ms/retention.bytes are applied (Kafka's "
                              "log.retention.check.interval.ms, default 300000)")
@@ -248,7 +253,8 @@ class CoordinatorServer:
                                          interval_s=args.merge_interval_s,
                                          isolate={"auto": None, "on": True,
                                                   "off": False}[args.merge_process],
-                                         worker_timeout_s=args.merge_worker_timeout_s),
+                                         worker_timeout_s=args.merge_worker_timeout_s,
+                                         orphan_age_s=args.shared_orphan_age_s),
             merging=not args.no_merge,
             retention_check_interval_ms=args.retention_check_interval_ms)
         self.metrics = Metrics(self.coordinator)
