@@ -110,7 +110,8 @@ class _Checker:
             else:
                 lost = {t for t in wt if t not in rt and not (t == "integer" and "number" in rt)}
                 if lost:
-                    ok = self.fail("TYPE_NARROWED" if wt & rt else "TYPE_CHANGED",
+                    related = wt & rt or ("number" in wt and "integer" in rt)
+                    ok = self.fail("TYPE_NARROWED" if related else "TYPE_CHANGED",
                                    f"{path}/type")
         if "enum" in r and (("enum" not in w and "const" not in w)
                             or any(v not in r["enum"] for v in w.get("enum", [w.get("const")]))):

@@ -70,10 +70,9 @@ def _avro(text: str, refs: list[ResolvedReference]) -> ParsedSchema:
             fastavro.parse_schema(json.loads(ref.text), named_schemas=named, _write_hint=False)
         obj = json.loads(text)
         parsed = fastavro.parse_schema(obj, named_schemas=named, _write_hint=False)
-    except ValueError as exc:  # json's and fastavro's (SchemaParseException, UnknownType)
+    except Exception as exc:  # json's, fastavro's (SchemaParseException, UnknownType, ...)
+        # and the TypeErrors/KeyErrors of JSON that is no Avro schema at all
         raise SchemaParseError(f"{type(exc).__name__}: {exc}") from None
-    except (TypeError, KeyError, AttributeError) as exc:
-        raise SchemaParseError(f"not an Avro schema: {type(exc).__name__}: {exc}") from None
     return ParsedSchema(AVRO, canonical_text(AVRO, text), parsed, named)
 
 
