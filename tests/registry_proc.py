@@ -10,9 +10,11 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator_proc import ServerProcess
+from coordinator_proc import CoordinatorProc, ServerProcess
+from gateway_proc import GatewayProc
 
 
 class RegistryProc(ServerProcess):
@@ -49,3 +51,13 @@ class RegistryProc(ServerProcess):
     def __enter__(self) -> RegistryProc:
         self.wait_listening()
         return self
+
+
+@dataclass
+class Served:
+    """A root with its coordinator, a gateway and a schema registry."""
+
+    root: str
+    coord: CoordinatorProc
+    gateway: GatewayProc
+    registry: RegistryProc

@@ -318,7 +318,7 @@ def test_protobuf_base64_descriptor_and_text_agree() -> None:
 
 
 def test_protobuf_syntax_error_is_protocs_message() -> None:
-    with pytest.raises(SchemaParseError, match="schema.proto"):
+    with pytest.raises(SchemaParseError, match=r"schema\.proto"):
         parse("PROTOBUF", 'syntax = "proto3";\nmessage M { int32 a = ; }\n', [])
 
 
