@@ -83,8 +83,12 @@ def _schema_json(sv: SchemaValue) -> dict[str, Any]:
 
 
 class Registry:
-    def __init__(self, store: SchemaStore) -> None:
+    """``claim_wait_s``: how long a registry that lost a version's claim waits for the
+    winner's record before writing it from the claim itself."""
+
+    def __init__(self, store: SchemaStore, claim_wait_s: float = WINNER_WAIT_S) -> None:
         self.store = store
+        self.claim_wait_s = claim_wait_s
 
     def fresh(self) -> RegistryState:
         self.store.catch_up()
@@ -216,7 +220,7 @@ class Registry:
     def _wait_for(self, held: SchemaValue) -> None:
         """Another registry claimed ``held``'s version: wait for its record; write it from
         the claim if the claimer seems gone."""
-        deadline = time.monotonic() + WINNER_WAIT_S
+        deadline = time.monotonic() + self.claim_wait_s
         while time.monotonic() < deadline:
             state = self.fresh()
             if held.version in state.subjects.get(held.subject, {}):

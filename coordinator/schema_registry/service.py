@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", default=None)
     parser.add_argument("--coordinator-ca", default=None,
                         help="CA of the coordinator's TLS certificate")
+    parser.add_argument("--claim-wait-s", type=float, default=5.0,
+                        help="how long to wait for another registry's claimed version to be "
+                             "written before writing it from the claim")
     parser.add_argument("--port-file", default=None,
                         help="write the bound port here once listening (tests)")
     parser.add_argument("--log-level", default="INFO")
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         args.root, options or None, start=False, ca_file=credentials.ca_file)
     store = SchemaStore(args.root, endpoint, storage_options=options or None,
                         credentials=credentials)
-    http = RegistryHttp(Registry(store), token)
+    http = RegistryHttp(Registry(store, args.claim_wait_s), token)
     host, port = args.listen
 
     async def main() -> None:

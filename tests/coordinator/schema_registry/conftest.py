@@ -1,5 +1,5 @@
-"""One root served by a coordinator, a gateway and a schema registry process, shared by the
-registry's tests of a module (each test uses subjects of its own)."""
+"""One root served by a coordinator, a gateway and a schema registry process, shared by all
+the registry's tests (each test uses subjects and topics of its own)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gateway_proc import GatewayProc
 from registry_proc import RegistryProc, Served
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = "file://" + str(tmp_path_factory.mktemp("sr-root"))
     coord = CoordinatorProc(root)
