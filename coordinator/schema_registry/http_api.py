@@ -2,8 +2,9 @@
 
 Paths are matched on their raw, still-encoded segments, so a subject holding ``/`` (sent
 as ``%2F``) is one segment. Every operation runs in a worker thread (storage and the
-coordinator are blocking I/O); errors answer with Confluent's ``{"error_code", "message"}``
-bodies; anything unexpected is logged and answered as 50001, never a dropped connection.
+coordinator are blocking I/O), one at a time per process; errors answer with Confluent's
+``{"error_code", "message"}`` bodies; anything unexpected is logged and answered as 50001,
+never a dropped connection.
 
 Authentication (``--token-file``): HTTP Basic with the token as the password (what
 ``basic.auth.user.info`` of Confluent's clients sends, any user name), or
@@ -69,6 +70,13 @@ class RegistryHttp:
         return hmac.compare_digest(given.encode("utf-8", "replace"), self.token)
 
     # --------------------------------------------------------------- dispatch
+    def _locked(self, call: Callable[[], Any]) -> Any:
+        """One operation at a time per process: each reads the state its catch-up built
+        while no other thread applies records to it (processes are kept apart by the
+        claims, not by this lock)."""
+        with self.registry.store.lock:
+            return call()
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if not self._authorized(request.headers.get("Authorization")):
             log.warning("refused %s %s from %s: no valid token", request.method,
@@ -88,7 +96,7 @@ class RegistryHttp:
                             from None
             segments = [unquote(s) for s in request.raw_path.split("?", 1)[0].split("/") if s]
             call = self._route(request.method, segments, request.query, body)
-            result = await asyncio.to_thread(call)
+            result = await asyncio.to_thread(self._locked, call)
         except errors.RegistryError as exc:
             return web.Response(status=exc.status, body=exc.body(), content_type=CONTENT_TYPE)
         except Exception as exc:
