@@ -10,6 +10,8 @@ Modules, by role: ``service`` (the CLI process: arguments, token and TLS, signal
 up, delete, config, mode, compatibility tests), ``store`` (the ``_schemas`` topic: catch up,
 write), ``state`` (what the records build), ``records`` (the record format), ``claims``
 (exclusive ids and versions), ``schemas`` (parsing and canonical text per schema type),
-``avro_compat``, ``json_compat`` and ``protobuf_schema`` (each type's compatibility rules;
-protoc for .proto text), ``errors`` (Confluent's error codes and messages).
+``catalog`` (a read-only view of ``_schemas`` for readers that decode values: the Spark
+source, ``txnlog dump``), ``avro_compat``, ``json_compat`` and ``protobuf_schema`` (each
+type's compatibility rules; protoc for .proto text), ``errors`` (Confluent's error codes
+and messages).
 """

@@ -114,28 +114,12 @@ class Registry:
                                         "and version") from None
         return schema_type, text, refs
 
-    def _resolve(self, state: RegistryState, refs: tuple[Reference, ...],
-                 seen: set[str] | None = None) -> list[ResolvedReference]:
-        """Every referenced schema, transitively, each after what it references."""
-        seen = set() if seen is None else seen
-        out: list[ResolvedReference] = []
-        for ref in refs:
-            if ref.name in seen:
-                continue
-            seen.add(ref.name)
-            versions = state.versions(ref.subject)
-            sv = (versions[-1] if versions else None) if ref.version == -1 else next(
-                (v for v in versions if v.version == ref.version), None)
-            if sv is None:
-                raise errors.invalid_schema(f"reference {ref.name!r}: subject "
-                                            f"'{ref.subject}' version {ref.version} not found")
-            out += self._resolve(state, sv.references, seen)
-            out.append(ResolvedReference(ref.name, sv.schema_type, sv.schema))
-        return out
-
     def _parse(self, state: RegistryState, schema_type: str, text: str,
                refs: tuple[Reference, ...]) -> ParsedSchema:
-        resolved = tuple(self._resolve(state, refs))
+        try:
+            resolved = tuple(ResolvedReference(*r) for r in state.resolve_references(refs))
+        except KeyError as exc:
+            raise errors.invalid_schema(str(exc.args[0])) from None
         try:
             return _parse_cached(schema_type, text, resolved)
         except SchemaParseError as exc:

@@ -114,6 +114,26 @@ class RegistryState:
             return self.mode[subject]
         return self.mode.get(None, DEFAULT_MODE)
 
+    def resolve_references(self, refs: tuple[Reference, ...],
+                           seen: set[str] | None = None) -> list[tuple[str, str, str]]:
+        """(name, schema type, text) of every schema ``refs`` name, transitively, each after
+        what it references; KeyError naming the first reference not found."""
+        seen = set() if seen is None else seen
+        out: list[tuple[str, str, str]] = []
+        for ref in refs:
+            if ref.name in seen:
+                continue
+            seen.add(ref.name)
+            versions = self.versions(ref.subject)
+            sv = (versions[-1] if versions else None) if ref.version == -1 else next(
+                (v for v in versions if v.version == ref.version), None)
+            if sv is None:
+                raise KeyError(f"reference {ref.name!r}: subject '{ref.subject}' version "
+                               f"{ref.version} not found")
+            out += self.resolve_references(sv.references, seen)
+            out.append((ref.name, sv.schema_type, sv.schema))
+        return out
+
     def referenced_by(self, subject: str, version: int) -> list[int]:
         """Ids of live schemas whose references name ``subject`` ``version``."""
         out = set()
