@@ -150,6 +150,7 @@ class ValueDecoder:
         self.arrow_type = arrow_type
         self.catalog = catalog_for(decoding.root, decoding.storage_options)
         self._writers: dict[int, Any] = {}
+        self._shortcuts: dict[int, list[tuple[str, bool, Any]] | None] = {}
         self.reader = self._fastavro_schema(decoding.reader_id)
         self._wrapped = not self._is_record(decoding.reader_id)
 
@@ -173,6 +174,37 @@ class ValueDecoder:
             self._writers[schema_id] = got
         return got
 
+    def _shortcut(self, schema_id: int) -> list[tuple[str, bool, Any]] | None:
+        """For a writer record whose fields the reader has with the same types, or lacks
+        (skipped), the reader's fields as (name, from the writer?, default): Avro's
+        resolution is then a projection with defaults, and the record is read with the
+        writer schema alone (fastavro's resolving reader is ~3x slower). None when any
+        field needs more (a promotion, an enum, a nested change, a non-scalar default)."""
+        if schema_id in self._shortcuts:
+            return self._shortcuts[schema_id]
+        plan_: list[tuple[str, bool, Any]] | None = []
+        writer, reader = self._fastavro_schema(schema_id), self.reader
+        if not (isinstance(writer, dict) and isinstance(reader, dict)
+                and writer.get("type") == reader.get("type") == "record"
+                and writer["name"].rsplit(".", 1)[-1] == reader["name"].rsplit(".", 1)[-1]):
+            plan_ = None
+        else:
+            wf = {f["name"]: f for f in writer["fields"]}
+            for f in reader["fields"]:
+                w = wf.get(f["name"])
+                if w is not None and w["type"] == f["type"] and not f.get("aliases"):
+                    plan_.append((f["name"], True, None))
+                elif w is None and "default" in f and not f.get("aliases") and (
+                        f["default"] is None or isinstance(f["default"], bool | int | float)
+                        or f["default"] in ([], {})
+                        or (isinstance(f["default"], str) and f["type"] == "string")):
+                    plan_.append((f["name"], False, f["default"]))
+                else:
+                    plan_ = None
+                    break
+        self._shortcuts[schema_id] = plan_
+        return plan_
+
     def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import pyarrow as pa
         from fastavro import schemaless_reader
@@ -191,15 +223,34 @@ class ValueDecoder:
                 writer = self._fastavro_schema(sid)
                 buf = io.BytesIO(v)
                 buf.seek(5)
-                rec = schemaless_reader(buf, writer, None if sid == self.decoding.reader_id
-                                        else self.reader)
+                if sid == self.decoding.reader_id:
+                    rec = schemaless_reader(buf, writer, None)
+                elif (shortcut := self._shortcut(sid)) is not None:
+                    raw = schemaless_reader(buf, writer, None)
+                    rec = {name: raw[name] if from_writer else default
+                           for name, from_writer, default in shortcut}
+                else:
+                    rec = schemaless_reader(buf, writer, self.reader)
             except Exception as exc:
                 raise ValueDecodeError(self._where(batch, i, f"(schema id {sid}) cannot be "
                                                    f"decoded: {exc}")) from None
             out.append({"value": rec} if self._wrapped else rec)
-        column = pa.array(out, type=self.arrow_type)
+        column = self._column(out)
         idx = batch.schema.get_field_index("value")
         return batch.set_column(idx, pa.field("value", self.arrow_type), column)
+
+    def _column(self, rows: list[Any]) -> pa.Array:
+        """The struct column, built field by field (pyarrow converts a list of dicts into a
+        struct ~3.5x slower than it converts each field's list)."""
+        import pyarrow as pa
+
+        t = self.arrow_type
+        if not pa.types.is_struct(t):
+            return pa.array(rows, type=t)
+        mask = pa.array([r is None for r in rows], pa.bool_())
+        children = [pa.array([None if r is None else r[f.name] for r in rows], type=f.type)
+                    for f in t]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
 
     @staticmethod
     def _where(batch: pa.RecordBatch, i: int, what: str) -> str:

@@ -95,3 +95,41 @@ def test_options_are_checked_when_the_read_is_planned(served: Served) -> None:
     prim = http.post("/subjects/prim-value/versions", json={"schema": '"string"'}).json()["id"]
     got = plan(parse_read_options(options(served, "x", **{"value.schemaId": str(prim)})))
     assert got is not None and got.value_type().simpleString() == "struct<value:string>"
+
+
+@pytest.mark.parametrize(("namespace", "shortcut"), [("a", True), ("b", False)])
+def test_the_projection_shortcut_equals_avros_resolution(served: Served, namespace: str,
+                                                         shortcut: bool) -> None:
+    """Writer and reader differing only by fields added with defaults or removed are read
+    with the writer schema and projected: the same records as fastavro's resolution (which
+    reads them when a nested type's full name differs)."""
+    import pyarrow as pa
+
+    inner = {"type": "record", "name": "In", "fields": [{"name": "x", "type": "int"}]}
+    w = {"type": "record", "name": "W", "namespace": "a", "fields": [
+        {"name": "id", "type": "long"}, {"name": "gone", "type": "string"},
+        {"name": "inner", "type": inner}]}
+    r = {"type": "record", "name": "W", "namespace": namespace, "fields": [
+        {"name": "inner", "type": inner}, {"name": "id", "type": "long"},
+        {"name": "n", "type": ["null", "string"], "default": None},
+        {"name": "d", "type": "double", "default": 1.5},
+        {"name": "l", "type": {"type": "array", "items": "int"}, "default": []}]}
+    subject = f"shortcut-{namespace}-value"
+    http = httpx.Client(base_url=served.registry.url, timeout=60)
+    http.put(f"/config/{subject}", json={"compatibility": "NONE"})
+    wid = http.post(f"/subjects/{subject}/versions", json={"schema": json.dumps(w)}).json()
+    rid = http.post(f"/subjects/{subject}/versions", json={"schema": json.dumps(r)}).json()
+    opts = options(served, "shortcut", **{"value.schemaId": str(rid["id"])})
+    decoding = plan(parse_read_options(opts))
+    assert decoding is not None
+    decoder = ValueDecoder(decoding, arrow_schema(
+        full_read_schema(False, decoding.value_type())).field("value").type)
+    assert (decoder._shortcut(wid["id"]) is not None) is shortcut
+    value = framed(wid["id"], w, {"id": 7, "gone": "x", "inner": {"x": 3}})
+    batch = pa.RecordBatch.from_pydict({"value": [value], "topic": ["shortcut"],
+                                        "partition": [0], "offset": [0]})
+    got = decoder.decode(batch).column("value").to_pylist()[0]
+    buf = io.BytesIO(value)
+    buf.seek(5)
+    assert got == fastavro.schemaless_reader(buf, fastavro.parse_schema(w),
+                                             fastavro.parse_schema(r))
