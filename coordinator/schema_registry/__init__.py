@@ -11,7 +11,8 @@ up, delete, config, mode, compatibility tests), ``store`` (the ``_schemas`` topi
 write), ``state`` (what the records build), ``records`` (the record format), ``claims``
 (exclusive ids and versions), ``schemas`` (parsing and canonical text per schema type),
 ``catalog`` (a read-only view of ``_schemas`` for readers that decode values: the Spark
-source, ``txnlog dump``), ``avro_compat``, ``json_compat`` and ``protobuf_schema`` (each
+source, ``txnlog dump``), ``dump_decoder`` (``txnlog dump --value-decoder``: framed values
+as JSON), ``avro_compat``, ``json_compat`` and ``protobuf_schema`` (each
 type's compatibility rules; protoc for .proto text), ``errors`` (Confluent's error codes
 and messages).
 """

@@ -133,3 +133,53 @@ def test_the_projection_shortcut_equals_avros_resolution(served: Served, namespa
     buf.seek(5)
     assert got == fastavro.schemaless_reader(buf, fastavro.parse_schema(w),
                                              fastavro.parse_schema(r))
+
+
+def test_dump_prints_framed_values_decoded(served: Served, capsys) -> None:
+    """``txnlog dump --value-decoder ...dump_decoder:confluent``: Avro, JSON Schema and
+    Protobuf payloads as JSON with their schema ids; raw bytes print why not."""
+    from google.protobuf import descriptor_pool, message_factory
+    from txnlog.coordinator.cli import main
+    from txnlog.coordinator.schema_registry.protobuf_schema import parse as parse_proto
+    from txnlog.log_format.storage import Storage
+
+    http = httpx.Client(base_url=served.registry.url, timeout=60)
+    avro = {"type": "record", "name": "D", "fields": [{"name": "n", "type": "int"}]}
+    aid = http.post("/subjects/dumped-a/versions", json={"schema": json.dumps(avro)}).json()
+    jid = http.post("/subjects/dumped-j/versions", json={
+        "schema": '{"type": "object"}', "schemaType": "JSON"}).json()
+    proto = 'syntax = "proto3";\npackage dp;\nmessage Outer { message In { string s = 1; } }\n'
+    pid = http.post("/subjects/dumped-p/versions", json={
+        "schema": proto, "schemaType": "PROTOBUF"}).json()
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(parse_proto(proto.strip()))
+    inner = message_factory.GetMessageClass(pool.FindMessageTypeByName("dp.Outer.In"))
+    # message indexes [0, 0] (Outer, then its first nested type), zigzag varints
+    proto_value = (b"\x00" + struct.pack(">I", pid["id"]) + b"\x04\x00\x00"
+                   + inner(s="hi").SerializeToString())
+    served.coord.client().create_topic("dumped", 1)
+    with IdempotentProducer(served.root, coordinator=served.coord.endpoint) as p:
+        p.send("dumped", framed(aid["id"], avro, {"n": 5}))
+        p.send("dumped", b"\x00" + struct.pack(">I", jid["id"]) + b'{"a": [1]}')
+        p.send("dumped", proto_value)
+        p.send("dumped", b"raw")
+        p.flush()
+    storage = Storage.for_url(served.root)
+    logs = [f"{served.root}/dumped-0/{o.name}" for o in storage.list("dumped-0")
+            if o.name.endswith(".log")]
+    assert logs
+    rc = main(["dump", "--value-decoder",
+               "txnlog.coordinator.schema_registry.dump_decoder:confluent",
+               "--decoder-option", f"root={served.root}", *logs])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    payloads = [line.split(" payload: ", 1)[1] for line in out.splitlines()
+                if " payload: " in line]
+    assert payloads[:3] == [
+        json.dumps({"schemaId": aid["id"], "value": {"n": 5}}, separators=(",", ":")),
+        json.dumps({"schemaId": jid["id"], "value": {"a": [1]}}, separators=(",", ":")),
+        json.dumps({"schemaId": pid["id"], "value": {"s": "hi"}}, separators=(",", ":"))]
+    assert payloads[3].startswith("<cannot decode: ValueError: not in Confluent's wire")
+    assert main(["dump", "--value-decoder",
+                 "txnlog.coordinator.schema_registry.dump_decoder:confluent", *logs]) == 2
+    assert "needs --decoder-option root=URL" in capsys.readouterr().err
