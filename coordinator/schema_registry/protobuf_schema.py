@@ -57,8 +57,11 @@ def _as_descriptor(text: str) -> FDP | None:
 
 
 def _protoc_include() -> str:
-    import grpc_tools
-
+    try:
+        import grpc_tools
+    except ImportError:
+        raise ProtobufParseError("a .proto text schema needs protoc from grpcio-tools: "
+                                 "pip install 'txnlog[schema-registry]'") from None
     return os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
 
 
@@ -69,6 +72,7 @@ def parse(text: str, references: tuple[tuple[str, str], ...] = ()) -> FDP:
     fdp = _as_descriptor(text)
     if fdp is not None:
         return fdp
+    include = _protoc_include()
     with tempfile.TemporaryDirectory(prefix="txnlog-proto-") as tmp:
         for name, ref_text in references:
             path = os.path.normpath(os.path.join(tmp, name))
@@ -86,7 +90,7 @@ def parse(text: str, references: tuple[tuple[str, str], ...] = ()) -> FDP:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}",
-                 f"-I{_protoc_include()}", f"--descriptor_set_out={out}", MAIN_FILE],
+                 f"-I{include}", f"--descriptor_set_out={out}", MAIN_FILE],
                 capture_output=True, text=True, timeout=PROTOC_TIMEOUT_S, cwd=tmp)
         except subprocess.TimeoutExpired:
             raise ProtobufParseError("protoc did not finish in time") from None
