@@ -18,6 +18,8 @@ from google.protobuf import descriptor_pb2
 from registry_proc import RegistryProc, Served
 from txnlog.log_format.consumer import Consumer
 
+from tests.coordinator.server.test_coordinator_service import make_cert
+
 
 def avro_rec(name: str, *fields: tuple[str, Any], **defaults: Any) -> str:
     out = []
@@ -273,16 +275,25 @@ def test_state_is_the_schemas_topic_in_confluents_format(served: Served,
         assert other_http.get("/subjects").json() == http.get("/subjects").json()
 
 
-def test_token_required_when_configured(served: Served, tmp_path) -> None:
+def test_token_and_tls(served: Served, tmp_path) -> None:
+    """``--token-file`` with ``--tls-cert``/``--tls-key``: HTTPS only, and the token as the
+    HTTP Basic password (Confluent's clients' ``basic.auth.user.info``) or a Bearer token."""
+    cert, key = make_cert(tmp_path)
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     token.chmod(stat.S_IRUSR | stat.S_IWUSR)
-    with RegistryProc(served.root, extra=["--token-file", str(token)]) as reg:
-        assert httpx.get(f"{reg.url}/subjects").status_code == 401
-        assert httpx.get(f"{reg.url}/subjects", auth=("any", "wrong")).status_code == 401
-        assert httpx.get(f"{reg.url}/subjects", auth=("any", "s3cret-token")).status_code == 200
-        assert httpx.get(f"{reg.url}/subjects", headers={
-            "Authorization": "Bearer s3cret-token"}).status_code == 200
-        c = SchemaRegistryClient({"url": reg.url, "basic.auth.user.info": "u:s3cret-token"})
-        assert isinstance(c.get_subjects(), list)
+    extra = ["--token-file", str(token), "--tls-cert", cert, "--tls-key", key]
+    with RegistryProc(served.root, extra=extra) as reg:
+        url = reg.url.replace("http://", "https://")
+        with httpx.Client(verify=cert) as c:
+            assert c.get(f"{url}/subjects").status_code == 401
+            assert c.get(f"{url}/subjects", auth=("any", "wrong")).status_code == 401
+            assert c.get(f"{url}/subjects", auth=("any", "s3cret-token")).status_code == 200
+            assert c.get(f"{url}/subjects", headers={
+                "Authorization": "Bearer s3cret-token"}).status_code == 200
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{reg.url}/subjects", auth=("any", "s3cret-token"))  # plain HTTP
+        sr = SchemaRegistryClient({"url": url, "ssl.ca.location": cert,
+                                   "basic.auth.user.info": "u:s3cret-token"})
+        assert isinstance(sr.get_subjects(), list)
         assert "s3cret" not in reg.log_text()
