@@ -13,10 +13,12 @@ Packages, by role (Kafka keeps the same split: ``coordinator/transaction``,
 - ``client``: what talks to a coordinator: ``CoordinatorClient``, the one write path, the
   Python producers, ``AdminClient``, the embedded starter
 - ``gateway``: ``txnlog gateway``, Kafka's wire protocol over a root
+- ``schema_registry``: ``txnlog schema-registry``, Confluent's Schema Registry REST API
+  kept in the root's ``_schemas`` topic
 - ``cli``: the ``txnlog`` command line
 
 Modules both sides share: ``errors`` (Kafka's error names as exceptions), ``security``
 (token and TLS), ``topic_config`` (topic configs as Kafka defines them) and ``wire`` (bytes
-in the API's JSON). The clients and the gateway never import the server's packages
-(``tests/test_layering.py``).
+in the API's JSON). The clients, the gateway and the schema registry never import the
+server's packages (``tests/test_layering.py``).
 """

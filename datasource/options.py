@@ -38,6 +38,8 @@ READ = {
     "isolation.level", "includeheaders", "minpartitions", "maxrecordsperpartition",
     "minrecordsperpartition",
     "failondataloss", "pushfilters",
+    # Confluent-framed values decoded into a struct column (read/value_decoding.py)
+    "value.format", "value.subject", "value.schemaid",
 }
 STREAM_READ = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxbytespertrigger", "groupid",
                "maxtriggerdelay"}
@@ -117,6 +119,10 @@ class ReadOptions:
     coordinator_credentials: Credentials = field(default_factory=Credentials)
     # Ranges with fewer records share a Spark task (planning.pack_ranges); 0: never.
     min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
+    # value.format=avro: decode Confluent-framed values with the root's _schemas
+    value_format: str | None = None
+    value_subject: str | None = None
+    value_schema_id: int | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -450,7 +456,29 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
             0 if options.get("minpartitions") is not None
             or options.get("maxrecordsperpartition") is not None
             else DEFAULT_MIN_RECORDS_PER_PARTITION, minimum=0) or 0,
+        value_format=_value_format(options, streaming),
+        value_subject=options.get("value.subject") or None,
+        value_schema_id=_int(options, "value.schemaid", None, minimum=1),
     )
+
+
+VALUE_FORMATS = ("avro",)
+
+
+def _value_format(options: Mapping[str, str], streaming: bool) -> str | None:
+    fmt = (options.get("value.format") or "").strip().lower() or None
+    if fmt is None:
+        if options.get("value.subject") or options.get("value.schemaid"):
+            raise InvalidOptionError("options 'value.subject' and 'value.schemaId' need "
+                                     "'value.format' (avro)")
+        return None
+    if fmt not in VALUE_FORMATS:
+        raise InvalidOptionError(f"option 'value.format' must be one of "
+                                 f"{', '.join(VALUE_FORMATS)}, not {fmt!r}")
+    if streaming:
+        raise InvalidOptionError("option 'value.format' applies to batch reads for now; "
+                                 "decode a stream's value column with a UDF")
+    return fmt
 
 
 def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:

@@ -31,8 +31,16 @@ class TxnlogDataSource(DataSource):
     def name(cls) -> str:
         return "txnlog"
 
-    def schema(self) -> str:
+    def schema(self) -> str | StructType:
         headers = (self.options.get("includeHeaders") or "false").strip().lower() == "true"
+        if self.options.get("value.format"):
+            from .options import parse_read_options
+            from .read.projection import full_read_schema
+            from .read.value_decoding import plan
+
+            decoding = plan(parse_read_options(self.options))
+            assert decoding is not None
+            return full_read_schema(headers, decoding.value_type())
         return read_ddl(include_headers=headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:

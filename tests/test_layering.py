@@ -199,7 +199,8 @@ def test_dependencies_point_one_way(component: str) -> None:
 # ------------------------------------------------------------- cycles and the server's side
 
 # The packages that talk to a coordinator only through its API.
-CLIENT_PACKAGES = ("txnlog.coordinator.client", "txnlog.coordinator.gateway")
+CLIENT_PACKAGES = ("txnlog.coordinator.client", "txnlog.coordinator.gateway",
+                   "txnlog.coordinator.schema_registry")
 MAX_MODULES_PER_PACKAGE = 15
 MAX_MODULE_BYTES = 36 * 1024  # Kafka's largest coordinator files are ~35 kB
 

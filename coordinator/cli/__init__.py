@@ -1,7 +1,8 @@
 """The ``txnlog`` command line, in one place.
 
 - ``main``: the ``txnlog`` entry point and its subcommands (``dump``, ``coordinator``,
-  ``gateway``, ``merge-worker`` and the admin tools), each imported only when used
+  ``gateway``, ``schema-registry``, ``merge-worker`` and the admin tools), each imported
+  only when used
 - ``admin_tools``: Kafka's admin tools (``topics``, ``groups``, ``transactions``,
   ``configs``, ``get-offsets``, ``delete-records``)
 

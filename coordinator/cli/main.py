@@ -21,6 +21,8 @@ SUBCOMMANDS = {
                     "run the transaction coordinator for a root"),
     "gateway": ("txnlog.coordinator.gateway.server",
                 "serve a root to Kafka clients over Kafka's wire protocol"),
+    "schema-registry": ("txnlog.coordinator.schema_registry.service",
+                        "serve Confluent Schema Registry's REST API from the root's _schemas"),
     # Kafka's admin tools (admin_cli.py picks the flags by the subcommand's name)
     "topics": ("txnlog.coordinator.cli.admin_tools", "list/describe/create topics (kafka-topics)"),
     "groups": ("txnlog.coordinator.cli.admin_tools",

@@ -6,6 +6,8 @@
 - ``planning``: which partitions, which offset ranges, how many tasks
 - ``projection``: the schema Spark asks for, column for column
 - ``pushdown``: filters on topic, partition, offset and timestamp
+- ``value_decoding``: ``value.format=avro``: Confluent-framed values into a struct column,
+  schemas from the root's ``_schemas``
 - ``lag_metrics``: Spark's Kafka lag metrics from the query's progress
 - ``stream_checkpoint``: restarting a query whose driver died writing its first offsets
 """

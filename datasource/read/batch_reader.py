@@ -56,7 +56,14 @@ def input_partitions(pieces: list[OffsetRange], snapshot: StableSnapshot | None,
 class TxnlogBatchReader(DataSourceReader):
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
         self.opts = opts
-        self.needs_headers = check_requested_schema(schema, opts.include_headers)
+        self.decoding = None
+        if opts.value_format is not None:
+            from .value_decoding import plan
+
+            self.decoding = plan(opts)
+        self.needs_headers = check_requested_schema(
+            schema, opts.include_headers,
+            self.decoding.value_type() if self.decoding is not None else None)
         self.schema = schema
         self.filters: list[RowFilter] = []
 
@@ -109,6 +116,11 @@ class TxnlogBatchReader(DataSourceReader):
         target = arrow_schema(self.schema)
         storage = Storage.for_url(self.opts.root, self.opts.storage_options)
         step = _batch_rows()
+        decoder = None
+        if self.decoding is not None and "value" in target.names:
+            from .value_decoding import ValueDecoder
+
+            decoder = ValueDecoder(self.decoding, target.field("value").type)
         for r, snap in zip(partition.ranges, partition.snapshots, strict=True):
             reader = PartitionReader(storage, r.topic, r.partition,
                                      isolation_level=self.opts.isolation_level,
@@ -121,6 +133,8 @@ class TxnlogBatchReader(DataSourceReader):
                     batch = apply(batch, self.filters)
                     if batch.num_rows == 0:
                         continue
+                if decoder is not None:
+                    batch = decoder.decode(batch)
                 batch = project(batch, target)
                 if step and batch.num_rows > step:
                     for start in range(0, batch.num_rows, step):

@@ -14,11 +14,12 @@ from ..options import InvalidOptionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
 
-def full_read_schema(include_headers: bool) -> StructType:
-    """The read schema as a StructType, built without a JVM (planner workers have none)."""
+def full_read_schema(include_headers: bool, value_type: DataType | None = None) -> StructType:
+    """The read schema as a StructType, built without a JVM (planner workers have none);
+    ``value_type``: the decoded value's type (``value.format``) instead of binary."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -32,7 +33,7 @@ def full_read_schema(include_headers: bool) -> StructType:
 
     fields = [
         StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
+        StructField("value", value_type or BinaryType()),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
@@ -45,9 +46,10 @@ def full_read_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-def check_requested_schema(requested: StructType, include_headers: bool) -> bool:
+def check_requested_schema(requested: StructType, include_headers: bool,
+                           value_type: DataType | None = None) -> bool:
     """Validate a requested schema; returns whether the headers column is needed."""
-    full = {f.name: f.dataType for f in full_read_schema(True).fields}
+    full = {f.name: f.dataType for f in full_read_schema(True, value_type).fields}
     for f in requested.fields:
         if f.name not in full:
             raise InvalidOptionError(

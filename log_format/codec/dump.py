@@ -2,7 +2,9 @@
 
 Kafka's decoders (``--offsets-decoder``, ``--transaction-log-decoder``, also for txnlog's own
 ``__transaction_state`` records: ``dump_decoders.py``) and index checks
-(``--index-sanity-check``, ``--verify-index-only``) work as in DumpLogSegments.
+(``--index-sanity-check``, ``--verify-index-only``) work as in DumpLogSegments; keys and
+payloads print through a decoder loaded by name (``--key-decoder``/``--value-decoder``,
+Kafka's ``--key-decoder-class``/``--value-decoder-class``).
 
 The lines are Kafka's DumpLogSegments format token for token, so scripts and eyes trained on
 kafka-dump-log read ours unchanged. Files are local paths or any fsspec URL. Where Kafka's
@@ -50,6 +52,9 @@ class DumpOptions:
     skip_record_metadata: bool = False
     max_bytes: int = INT_MAX
     decoder: str | None = None  # "offsets" or "transaction-log" (dump_decoders.DECODERS)
+    # kafka-dump-log's --key-decoder-class/--value-decoder-class: bytes -> text
+    key_decoder: Callable[[bytes], str] | None = None
+    value_decoder: Callable[[bytes], str] | None = None
     index_sanity_check: bool = False
     verify_index_only: bool = False
 
@@ -245,9 +250,9 @@ def dump_log(path: str, data: bytes, opts: DumpOptions, out: TextIO, err: TextIO
                     parts.append(f" payload: {payload}")
             elif opts.print_data_log and not h.is_control:
                 if rec.key is not None:
-                    parts.append(f"{prefix}key: {_java_string(rec.key)}")
+                    parts.append(f"{prefix}key: {_decoded(opts.key_decoder, rec.key)}")
                 if rec.value is not None:
-                    parts.append(f" payload: {_java_string(rec.value)}")
+                    parts.append(f" payload: {_decoded(opts.value_decoder, rec.value)}")
             print("".join(parts), file=out)
     if fatal is not None:
         print(f"Error: {fatal}", file=err)
@@ -429,6 +434,39 @@ def dump_files(paths: list[str], opts: DumpOptions | None = None, *,
     return status
 
 
+def _decoded(decoder: Callable[[bytes], str] | None, data: bytes) -> str:
+    """``data`` through a user's decoder; one it cannot take prints why, in its place (the
+    other records still print)."""
+    if decoder is None:
+        return _java_string(data)
+    try:
+        return decoder(bytes(data))
+    except Exception as exc:
+        return f"<cannot decode: {type(exc).__name__}: {exc}>"
+
+
+BUILTIN_DECODERS: dict[str, Callable[[bytes], str]] = {
+    "string": lambda b: b.decode("utf-8", "replace"),
+    "hex": lambda b: b.hex(),
+}
+
+
+def load_decoder(spec: str, options: dict[str, str]) -> Callable[[bytes], str]:
+    """A decoder by name: ``string``, ``hex``, or ``module:factory`` (Kafka's decoder class
+    name): ``factory(options)`` returns ``decode(bytes) -> str``. Loaded by name at run time
+    so the bytes layer names no component above it (the schema registry's is
+    ``txnlog.coordinator.schema_registry.dump_decoder:confluent``)."""
+    if spec in BUILTIN_DECODERS:
+        return BUILTIN_DECODERS[spec]
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"decoder {spec!r}: expected string, hex or module:factory")
+    import importlib
+
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(dict(options))
+
+
 def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--files", dest="files_csv", default=None,
                         help="comma-separated files, as kafka-dump-log takes them")
@@ -445,6 +483,15 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transaction-log-decoder", action="store_true",
                         help="decode __transaction_state records, txnlog's own kinds "
                         "included (implies --print-data-log)")
+    parser.add_argument("--key-decoder", default=None, metavar="SPEC",
+                        help="print keys through a decoder: string, hex or module:factory "
+                             "(implies --print-data-log)")
+    parser.add_argument("--value-decoder", default=None, metavar="SPEC",
+                        help="print payloads through a decoder: string, hex or module:factory, "
+                             "e.g. txnlog.coordinator.schema_registry.dump_decoder:confluent "
+                             "(implies --print-data-log)")
+    parser.add_argument("--decoder-option", action="append", default=[], metavar="K=V",
+                        help="an option for the decoders' factories (e.g. root=URL)")
     parser.add_argument("--index-sanity-check", action="store_true",
                         help="only run the broker's start-up check of each index")
     parser.add_argument("--verify-index-only", action="store_true",
@@ -486,9 +533,29 @@ def run(args: argparse.Namespace) -> int:
         return 2
     decoder = "offsets" if flag("offsets_decoder") else \
         "transaction-log" if flag("transaction_log_decoder") else None
+    decoder_options = {}
+    for kv in [*args.decoder_option, *rest.decoder_option]:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            print(f"txnlog dump: --decoder-option {kv!r}: expected K=V", file=sys.stderr)
+            return 2
+        decoder_options[k] = v
+    try:
+        key_decoder, value_decoder = (
+            load_decoder(spec, decoder_options) if spec else None
+            for spec in (args.key_decoder or rest.key_decoder,
+                         args.value_decoder or rest.value_decoder))
+    except Exception as exc:
+        print(f"txnlog dump: {exc}", file=sys.stderr)
+        return 2
+    if decoder is not None and (key_decoder or value_decoder):
+        print("txnlog dump: --key/--value-decoder do not combine with --offsets-decoder or "
+              "--transaction-log-decoder", file=sys.stderr)
+        return 2
     opts = DumpOptions(deep_iteration=args.deep_iteration or rest.deep_iteration,
                        print_data_log=args.print_data_log or rest.print_data_log
-                       or decoder is not None,
+                       or decoder is not None or bool(key_decoder or value_decoder),
+                       key_decoder=key_decoder, value_decoder=value_decoder,
                        decoder=decoder, index_sanity_check=flag("index_sanity_check"),
                        verify_index_only=flag("verify_index_only"),
                        skip_record_metadata=args.skip_record_metadata or rest.skip_record_metadata,
