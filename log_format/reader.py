@@ -116,6 +116,17 @@ class Segment:
         """The path of its index of ``suffix`` (beside it, same base offset)."""
         return self.path[:-len(LOG_SUFFIX)] + suffix
 
+    @property
+    def in_shared_object(self) -> bool:
+        """A run in a shared object: its bytes are a range of an object holding others'."""
+        return self.path.startswith(SHARED_DIR + "/")
+
+    def read_all(self, storage: Storage) -> bytes:
+        """Its bytes, and only its: a ranged GET of a run, the whole object otherwise."""
+        if self.in_shared_object:
+            return storage.get(self.path, self.position, self.position + self.size)
+        return storage.get(self.path)
+
 
 class _StaleListing(Exception):
     """A listing older than the grace period may not be trusted for small objects."""
@@ -738,8 +749,7 @@ class PartitionReader:
         else:
             start_at = seg.base_offset
         codec = _codec()
-        data = (self.storage.get(seg.path, seg.position, seg.position + seg.size)
-                if seg.position else self.storage.get(seg.path))
+        data = seg.read_all(self.storage)
         source = f"{self.storage.url}/{seg.path}"
         index = codec.scan_batches(data, source=source, verify_crc=False)
         last = index["base_offset"] + index["last_offset_delta"]

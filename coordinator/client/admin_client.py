@@ -359,7 +359,7 @@ def _max_timestamp(reader: PartitionReader) -> dict[str, Any]:
     for seg in reader.segments():
         if seg.base_offset >= bound or seg.size == 0:
             continue
-        data = reader.storage.get(seg.path)
+        data = seg.read_all(reader.storage)
         index = scan_batches(data, source=seg.path, verify_crc=False)
         for row in index:
             base = int(row["base_offset"])
