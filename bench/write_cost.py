@@ -119,7 +119,7 @@ def run_gateway(root: str, coord: CoordinatorProc, partitions: int, rate: int,
 
 def run_producer(root: str, coord: CoordinatorProc, partitions: int, records: int,
                  value_bytes: int, flush_records: int) -> dict[str, Any]:
-    from txnlog import IdempotentProducer
+    from txnlog.coordinator.client.producer import IdempotentProducer
 
     topic = f"p{partitions}"
     coord.client().create_topic(topic, partitions)
@@ -147,7 +147,7 @@ def run_producer(root: str, coord: CoordinatorProc, partitions: int, records: in
 
 def run_transactions(root: str, coord: CoordinatorProc, partitions: int, txns: int,
                      value_bytes: int) -> dict[str, Any]:
-    from txnlog import TransactionalProducer
+    from txnlog.coordinator.client.producer import TransactionalProducer
 
     topic = f"t{partitions}"
     coord.client().create_topic(topic, partitions)

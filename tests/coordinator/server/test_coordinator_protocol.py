@@ -22,6 +22,7 @@ from txnlog.log_format.codec.control import ControlType, control_info
 from txnlog.log_format.codec.indexes import decode_txn_index
 from txnlog.log_format.codec.records import decode_batches, encode_batch
 from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.stable import read_latest_stable
 from txnlog.log_format.storage import Storage
 
 
@@ -43,13 +44,19 @@ def name(prefix: str) -> str:
 
 
 def partition_objects(storage: Storage, topic: str, p: int) -> list[tuple[int, bytes]]:
+    """What the partition holds, by base offset: its own objects (these tests write data
+    the way earlier versions did, an object per partition per write; fences), and the runs
+    in shared objects its published tail names (markers: one object per transaction)."""
     out = []
     for obj in storage.list(layout.partition_dir(topic, p)):
         seg = layout.parse_segment_name(obj.name)
         if seg and seg.suffix == ".log":
             out.append((seg.base_offset, storage.get(f"{layout.partition_dir(topic, p)}/"
                                                      f"{obj.name}")))
-    return out
+    snap = read_latest_stable(storage)
+    for run in snap.tail(topic, p) if snap is not None else ():
+        out.append((run.base, storage.get(run.path, run.position, run.position + run.size)))
+    return sorted(out, key=lambda x: x[0])
 
 
 def check_partition(storage: Storage, topic: str, p: int) -> dict[str, object]:
