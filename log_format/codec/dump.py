@@ -1,5 +1,7 @@
 """``txnlog dump``: kafka-dump-log's output for ``.log``, ``.index``, ``.timeindex``, ``.txnindex``.
 
+A shared object (``_wal/*.wal``) prints each partition's run under a line naming it.
+
 Kafka's decoders (``--offsets-decoder``, ``--transaction-log-decoder``, also for txnlog's own
 ``__transaction_state`` records: ``dump_decoders.py``) and index checks
 (``--index-sanity-check``, ``--verify-index-only``) work as in DumpLogSegments; keys and
@@ -393,6 +395,28 @@ def dump_txn_index(path: str, data: bytes, out: TextIO, err: TextIO) -> int:
 
 # --------------------------------------------------------------------------- entry points
 
+def dump_shared(path: str, data: bytes, opts: DumpOptions, out: TextIO, err: TextIO,
+                problems: _Problems) -> int:
+    """A shared object (``_wal/*.wal``): each partition's run, as its own segment would
+    print, under a line naming the partition, its offsets and where the run lies."""
+    from ..segments.shared_object import SharedObjectError, read_footer
+    try:
+        footer = read_footer(data, source=_name(path))
+    except SharedObjectError as exc:
+        print(f"Error: {exc}", file=err)
+        return 1
+    print(f"Shared object written by producer {footer.producer_id} epoch {footer.epoch}: "
+          f"{len(footer.entries)} runs", file=out)
+    status = 0
+    for e in footer.entries:
+        print(f"Partition: {e.topic}-{e.partition} baseOffset: {e.base} endOffset: {e.end} "
+              f"position: {e.position} size: {e.size}", file=out)
+        run = data[e.position:e.position + e.size]
+        status = max(status, dump_log(f"{path}#{e.topic}-{e.partition}", run, opts, out, err,
+                                      problems))
+    return status
+
+
 def dump_files(paths: list[str], opts: DumpOptions | None = None, *,
                out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Dump each file in turn, then the cross-checks; returns the exit status."""
@@ -406,6 +430,7 @@ def dump_files(paths: list[str], opts: DumpOptions | None = None, *,
         ".index": lambda p, d: dump_index(p, d, opts, out, problems),
         ".timeindex": lambda p, d: dump_time_index(p, d, opts, out, problems),
         ".txnindex": lambda p, d: dump_txn_index(p, d, out, err),
+        ".wal": lambda p, d: dump_shared(p, d, opts, out, err, problems),
     }
     for path in paths:
         print(f"Dumping {path}", file=out)
@@ -416,7 +441,8 @@ def dump_files(paths: list[str], opts: DumpOptions | None = None, *,
             print(f"Ignoring unknown file {path}", file=err)
             continue
         try:
-            _base_offset(path)
+            if suffix != ".wal":  # a shared object is named by its writer, not an offset
+                _base_offset(path)
         except ValueError:
             print(f"Error: {name} is not a segment file name: Kafka's log files are named "
                   f"by their base offset in 20 digits, e.g. 00000000000000000000{suffix}",
@@ -506,7 +532,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     _add_options(parser)
     parser.add_argument("files", nargs=argparse.REMAINDER, metavar="FILE",
-                        help=".log, .index, .timeindex or .txnindex files (paths or URLs)")
+                        help=".log, .index, .timeindex, .txnindex or shared .wal files "
+                             "(paths or URLs)")
 
 
 def _parse_rest(rest: list[str]) -> argparse.Namespace:

@@ -200,3 +200,29 @@ def test_fsspec_memory_urls_and_index_cross_check() -> None:
     assert out[1] == "Log starting offset: 100" and len([o for o in out if "baseOffset" in o]) == 8
     assert f"offset: {offsets[0].offset} position: {offsets[0].position}" in out
     assert out[-1] == f"timestamp: {times[-1].timestamp} offset: {times[-1].offset}"
+
+
+def test_a_shared_object_lists_its_runs_by_partition(tmp_path) -> None:
+    """``txnlog dump`` of a shared object: each partition's run under a line naming it,
+    then that run's batches as its own segment prints them; a file that is not one (no
+    footer) is an error, not a crash."""
+    from txnlog.log_format.segments.shared_object import RunToWrite, build
+
+    run0 = encode_batch([(b"k", b"v0", [], 1000)], base_offset=7)
+    run1 = REAL_COMMIT
+    data, _ = build([RunToWrite("orders", 0, 7, 8, run0), RunToWrite("orders", 3, 5, 6, run1)],
+                    42, 1)
+    obj = tmp_path / "00000000000000000042-00001-0123456789abcdef.wal"
+    obj.write_bytes(data)
+    rc, out, err = _dump([obj], deep_iteration=True)
+    assert rc == 0 and err == []
+    assert out[1] == "Shared object written by producer 42 epoch 1: 2 runs"
+    assert out[2] == f"Partition: orders-0 baseOffset: 7 endOffset: 8 position: 0 size: {len(run0)}"
+    assert out[3].startswith("baseOffset: 7 lastOffset: 7 count: 1")
+    assert out[5] == (f"Partition: orders-3 baseOffset: 5 endOffset: 6 position: {len(run0)} "
+                      f"size: {len(run1)}")
+    assert out[6].startswith("baseOffset: 5 lastOffset: 5 count: 1")
+    bad = tmp_path / "00000000000000000042-00001-fedcba9876543210.wal"
+    bad.write_bytes(run0)
+    rc, _, err = _dump([bad])
+    assert rc == 1 and "not a shared object" in err[0]
