@@ -38,7 +38,7 @@ from txnlog.log_format.storage import StorageError
 
 from ..errors import KafkaStorageError
 from ..state.coordinator_state import CoordinatorState
-from ..state.partition_state import Offsets, Visibility, visible_offsets
+from ..state.partition_state import Offsets, PartitionOffset, Visibility, visible_offsets
 from ..state.runtime import Observer, StorageIO
 from .stable_changes import ChangeJournal
 
@@ -71,6 +71,8 @@ class StablePublisher:
         # (HW, LSO) per partition of the newest stable snapshot at takeover, until this
         # coordinator's own values reach them (partition_state._apply_predecessor_floor).
         self.predecessor_floor: Offsets = {}
+        # The runs the predecessor's newest head published (read at start: ``adoptable``).
+        self.predecessor_tails: dict[str, tuple[stable.TailEntry, ...]] = {}
         self.journal = ChangeJournal()
         self.journal.attach(state)
         # The base heads stand on, what it holds, and what changed since (every head's
@@ -147,13 +149,32 @@ class StablePublisher:
         return v if v is not None else self.base_parts.get(key)
 
     async def start(self) -> None:
-        """Read the predecessor's newest snapshot (its floor) and start the writer."""
+        """Read the predecessor's newest snapshot (its floor, the runs it published) and
+        start the writer."""
         prev = await self.io.run(stable.read_latest_stable, self.storage)
         if prev is not None:
             self.predecessor_floor = dict(prev.partitions)
+            self.predecessor_tails = {k: tuple(v) for k, v in prev.tails.items() if v}
         self.journal.mark_everything()
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="stable")
+
+    def adoptable(self) -> dict[int, list[list[Any]]]:
+        """Confirm rows, by producer, for runs the predecessor published whose confirm the
+        log does not hold: a head may be written while a confirm's record is still in flight
+        (a confirm follows a successful write, so the run is true in storage), and a
+        coordinator that died before the record was durable must not take the run back
+        (readers saw it). What is not reserved and unconfirmed any more is left alone."""
+        out: dict[int, list[list[Any]]] = {}
+        for key, entries in self.predecessor_tails.items():
+            topic, _, p = key.rpartition("-")
+            for e in entries:
+                res = self.state.reservations.get(PartitionOffset(topic, int(p), e.base))
+                if res is not None and not res.confirmed and res.base + res.count == e.end:
+                    out.setdefault(res.pid, []).append(
+                        [topic, int(p), e.base, e.end, e.path, e.position, e.size])
+        self.predecessor_tails = {}
+        return out
 
     def request(self) -> asyncio.Future[int]:
         """A future that resolves once a stable snapshot taken after now is written."""

@@ -217,6 +217,12 @@ class TransactionCoordinator:
         txn_log.start()
         self.publisher.on_fatal = txn_log.stop_fatally
         await self.publisher.start()
+        adopted = self.publisher.adoptable()
+        for pid, rows in adopted.items():
+            log.info("adopting %d runs of producer %d its predecessor published", len(rows),
+                     pid)
+            await self.commits.commit([LogRecord("confirm", {"id": str(pid), "pid": pid,
+                                                             "parts": rows})])
         self.timers.start()
         self.merger.start()
         for txn in list(self.state.txns.values()):

@@ -1,8 +1,9 @@
-"""Commits planned together share marker objects; a crash at any step rolls all forward.
+"""Commits planned together share log appends; a crash at any step rolls all forward.
 
 In-process, so the group is exact: EndTxn calls that arrive while the log is busy are
 planned together at the next log write (completion.Completer._seal_commits). Their markers take
-consecutive offsets in each partition and one object per partition holds them all. A
+consecutive offsets in each partition; each transaction's markers of every partition are one
+shared object (one object per transaction, not per partition). A
 "crash" raises at a fault point and then halts that coordinator (``halt``: what is durable
 stays, nothing else runs); a new one recovers from storage like a restarted process.
 The SIGKILL crash matrix with real processes is in test_coordinator_crash.py.
@@ -23,6 +24,7 @@ from txnlog.coordinator.transaction.transaction_coordinator import TransactionCo
 from txnlog.log_format import layout
 from txnlog.log_format.codec.control import ControlType, control_info
 from txnlog.log_format.codec.records import decode_batches
+from txnlog.log_format.segments import shared_object
 from txnlog.log_format.storage import Storage
 
 from tests.coordinator.server.test_coordinator_protocol import check_partition, read_values, write
@@ -101,20 +103,33 @@ def _end_all(engine: TransactionCoordinator, txns: list[tuple[str, int, int, lis
                             for tid, pid, ep, w in txns), return_exceptions=True)
 
 
-def _marker_objects(st: Storage) -> dict[int, list[int]]:
-    """Partition -> the number of markers in each of its marker objects, in offset order."""
-    out: dict[int, list[int]] = {}
+def _marker_objects(st: Storage) -> list[list[tuple[int, int]]]:
+    """Each marker object (a shared object of control batches only): its runs as
+    (partition, number of markers), in the object's order. Partitions hold none of their
+    own."""
+    out = []
     for p in range(PARTS):
-        out[p] = []
         for obj in st.list(layout.partition_dir("t", p)):
             if obj.name.endswith(layout.LOG_SUFFIX):
                 blob = st.get(f"{layout.partition_dir('t', p)}/{obj.name}")
-                batches = decode_batches(blob) if blob else []
-                controls = [b for b in batches if control_info(b) is not None]
-                assert len(controls) in (0, len(batches)), "markers mixed with data"
-                if controls:
-                    out[p].append(len(controls))
+                assert not any(control_info(b) is not None for b in decode_batches(blob)), \
+                    "a marker object of the partition's own"
+    for obj in st.list(layout.SHARED_DIR):
+        data = st.get(f"{layout.SHARED_DIR}/{obj.name}")
+        runs = []
+        for e in shared_object.read_footer(data).entries:
+            batches = decode_batches(data[e.position:e.position + e.size])
+            controls = [b for b in batches if control_info(b) is not None]
+            assert len(controls) in (0, len(batches)), "markers mixed with data"
+            if controls:
+                runs.append((e.partition, len(controls)))
+        if runs:
+            out.append(runs)
     return out
+
+
+# every transaction: one object holding one marker in each partition
+ONE_PER_TXN = [[(p, 1) for p in range(PARTS)]] * TXNS
 
 
 def _assert_all_committed(st: Storage, txns: list[tuple[str, int, int, list[Any]]]) -> None:
@@ -128,7 +143,7 @@ def _assert_all_committed(st: Storage, txns: list[tuple[str, int, int, list[Any]
             f"{tid}-{p}".encode() for tid, *_ in txns)
 
 
-def test_commits_arriving_together_share_marker_objects(tmp_path: Path) -> None:
+def test_commits_arriving_together_write_one_marker_object_each(tmp_path: Path) -> None:
     st = Storage.for_url((tmp_path / "root").as_uri())
 
     async def scenario() -> list[Any]:
@@ -141,8 +156,8 @@ def test_commits_arriving_together_share_marker_objects(tmp_path: Path) -> None:
 
     txns = asyncio.run(scenario())
     _assert_all_committed(st, txns)
-    # one object per partition holds every transaction's marker
-    assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
+    # one object per transaction holds its marker of every partition
+    assert _marker_objects(st) == ONE_PER_TXN
 
 
 @pytest.mark.parametrize("point,at", [("after_prepare", 1), ("after_marker", 1),
@@ -168,20 +183,20 @@ def test_crash_in_a_group_rolls_every_member_forward(point: str, at: int, tmp_pa
 
     txns = asyncio.run(scenario())
     _assert_all_committed(st, txns)
-    assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
+    assert _marker_objects(st) == ONE_PER_TXN
 
 
 def test_member_completed_alone_then_restart_again(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A restart completes a group's members one by one; if it dies after some, the next
-    restart rewrites the shared objects from the members still prepared: the object on
-    storage holds more markers than that, and ours must be in it byte for byte."""
+    restart rewrites the marker objects of the members still prepared, byte for byte (the
+    plan names each one and fixes its bytes)."""
     st = Storage.for_url((tmp_path / "root").as_uri())
 
     async def scenario() -> list[Any]:
         engine = await _start(st)
         txns = await _open_txns(engine, st)
-        _arm(monkeypatch, "after_marker", PARTS)  # every shared object written, no Complete
+        _arm(monkeypatch, "after_marker", TXNS)  # every marker object written, no Complete
         assert all(isinstance(r, Crash) for r in await _end_all(engine, txns))
         await _die(engine)
         _disarm(monkeypatch)
@@ -211,7 +226,7 @@ def test_member_completed_alone_then_restart_again(tmp_path: Path,
 
     txns = asyncio.run(scenario())
     _assert_all_committed(st, txns)
-    assert _marker_objects(st) == {p: [TXNS] for p in range(PARTS)}
+    assert _marker_objects(st) == ONE_PER_TXN
 
 
 def test_a_failure_while_sealing_answers_every_caller(tmp_path: Path,

@@ -224,14 +224,21 @@ def test_one_shot_is_declared_by_the_call_that_creates_the_id(tmp_path: Path) ->
 def test_the_snapshot_stays_flat_over_many_one_shot_writes(tmp_path: Path) -> None:
     """What the bench measures, small: 60 writes leave the snapshot of a handful, and the
     snapshot bytes of reusable ids are what they were before one-shot ids existed."""
+    def ids_size(c: TransactionCoordinator) -> int:
+        # the partitions' tails of runs (their markers' places in shared objects) are left
+        # out: they are bounded by merging, not by ids (tests/coordinator/maintenance)
+        snap = {k: v for k, v in c.to_snapshot().items()
+                if k not in ("tails", "shared_garbage")}
+        return len(json.dumps(snap))
+
     async def body(c: TransactionCoordinator) -> tuple[int, int]:
         await _batch_write(c, "txnlog-write-first")
         await c.timers.check()
-        small = len(json.dumps(c.to_snapshot()))
+        small = ids_size(c)
         for i in range(60):
             await _batch_write(c, f"txnlog-write-{i}")
             await c.timers.check()
-        return small, len(json.dumps(c.to_snapshot()))
+        return small, ids_size(c)
     small, after = _run(tmp_path, 0, body)
     assert after <= small + 64  # the partitions' offsets grew a few digits, nothing else
 
