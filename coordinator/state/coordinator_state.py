@@ -22,7 +22,12 @@ from typing import Any
 
 from txnlog.log_format.stable import TailEntry
 
-from ..errors import InvalidProducerIdMappingError, InvalidRequestError, KafkaStorageError
+from ..errors import (
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    KafkaStorageError,
+    ProducerFencedError,
+)
 from ..topic_config import effective_config
 from .clean_state import PartitionCleaning, apply_compact, apply_compacted
 from .completion_plan import CompletionPlan
@@ -159,6 +164,18 @@ class CoordinatorState:
         return [r for r in txn.reservations
                 if (res := self.reservations.get(r)) is not None and not res.confirmed
                 and res.pid in committed and r not in verified]
+
+    def check_not_fenced(self, parts: list[WrittenRun], pid: int) -> None:
+        """ProducerFenced if any of ``parts`` is an idempotent range fenced before its
+        confirm (the writer's object landed, but nothing may name it now)."""
+        fenced = [r for r in parts
+                  if PartitionOffset(r.topic, r.partition, r.base) in self.fenced]
+        if fenced:
+            raise ProducerFencedError(
+                f"producer {pid}: the offsets reserved at "
+                f"{', '.join(f'{r.topic}-{r.partition}@{r.base}' for r in fenced)} were "
+                "fenced before they were confirmed (not confirmed within the reservation "
+                "timeout): they are not written")
 
     def to_confirm(self, parts: list[WrittenRun], pids: set[int], whose: str
                    ) -> dict[int, list[list[Any]]]:

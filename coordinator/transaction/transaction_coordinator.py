@@ -58,7 +58,6 @@ from ..server import faults
 from ..state.coordinator_state import CoordinatorState
 from ..state.partition_state import (
     Offsets,
-    PartitionOffset,
     ProducerState,
     ReservedBatch,
     WrittenRun,
@@ -217,10 +216,8 @@ class TransactionCoordinator:
         txn_log.start()
         self.publisher.on_fatal = txn_log.stop_fatally
         await self.publisher.start()
-        adopted = self.publisher.adoptable()
-        for pid, rows in adopted.items():
-            log.info("adopting %d runs of producer %d its predecessor published", len(rows),
-                     pid)
+        for pid, rows in self.publisher.adoptable().items():
+            log.info("adopting %d published runs of producer %d", len(rows), pid)
             await self.commits.commit([LogRecord("confirm", {"id": str(pid), "pid": pid,
                                                              "parts": rows})])
         self.timers.start()
@@ -456,14 +453,7 @@ class TransactionCoordinator:
         """The producer wrote these reserved ranges (idempotent); ``wait_stable``: answer
         once a stable snapshot reflecting them is out."""
         runs = _offsets(parts)
-        fenced = [r for r in runs
-                  if PartitionOffset(r.topic, r.partition, r.base) in self.state.fenced]
-        if fenced:
-            raise ProducerFencedError(
-                f"producer {pid}: the offsets reserved at "
-                f"{', '.join(f'{r.topic}-{r.partition}@{r.base}' for r in fenced)} were "
-                "fenced before they were confirmed (not confirmed within the reservation "
-                "timeout): they are not written")
+        self.state.check_not_fenced(runs, pid)
         todo = self.state.to_confirm(runs, {pid}, str(pid)).get(pid)
         if todo:
             await self.commits.commit([LogRecord("confirm", {"id": str(pid), "pid": pid,

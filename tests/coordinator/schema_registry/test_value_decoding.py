@@ -141,6 +141,7 @@ def test_dump_prints_framed_values_decoded(served: Served, capsys) -> None:
     from google.protobuf import descriptor_pool, message_factory
     from txnlog.coordinator.cli import main
     from txnlog.coordinator.schema_registry.protobuf_schema import parse as parse_proto
+    from txnlog.log_format.segments import shared_object
     from txnlog.log_format.storage import Storage
 
     http = httpx.Client(base_url=served.registry.url, timeout=60)
@@ -165,8 +166,10 @@ def test_dump_prints_framed_values_decoded(served: Served, capsys) -> None:
         p.send("dumped", b"raw")
         p.flush()
     storage = Storage.for_url(served.root)
-    logs = [f"{served.root}/dumped-0/{o.name}" for o in storage.list("dumped-0")
-            if o.name.endswith(".log")]
+    # the partition's batches are runs in shared objects until merged: dump those
+    logs = [f"{served.root}/_wal/{o.name}" for o in storage.list("_wal")
+            if any(e.topic == "dumped" for e in shared_object.read_footer(
+                storage.get(f"_wal/{o.name}")).entries)]
     assert logs
     rc = main(["dump", "--value-decoder",
                "txnlog.coordinator.schema_registry.dump_decoder:confluent",

@@ -141,12 +141,15 @@ def mutated_request(draw: st.DrawFn) -> tuple[str, dict[str, Any], str, str]:
     printed, keys, spec = draw(st.sampled_from(paths(shape)))
     # a nested field needs a list item to live in
     holder: Any = body
+    here: Any = shape  # the shape of ``holder``, followed down (lists in lists too)
     for key in keys[:-1]:
         if key == "0":
+            here = here.item
             if not holder:
-                holder.append(draw(valid_value(shape.fields[keys[0]].shape.item)))  # type: ignore[union-attr]
+                holder.append(draw(valid_value(here)))
             holder = holder[0]
         else:
+            here = here.fields[key].shape
             holder = holder[key]
     if spec.required and draw(st.booleans()):
         del holder[keys[-1]]

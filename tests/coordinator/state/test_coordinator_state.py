@@ -168,8 +168,9 @@ def test_replay_equals_live_after_every_kind_of_record() -> None:
 
 
 def test_replay_equals_live_for_a_group_prepared_in_one_step() -> None:
-    """Prepares planned one after the other on the state each left, then markers shared:
-    the records carry the sharing (as Completer._seal does), so replay sees it too."""
+    """Prepares planned one after the other on the state each left, then the group sealed
+    (as Completer._seal does): each plan names its own marker object (every partition's
+    marker), which share_markers leaves alone; replay sees what live did."""
     s = Scenario()
     s.takeover()
     s.topic("t", 2)
@@ -188,7 +189,9 @@ def test_replay_equals_live_for_a_group_prepared_in_one_step() -> None:
     for rec, plan in zip(prepares, plans, strict=True):
         rec.data["ext"]["plan"] = plan.to_json()  # type: ignore[union-attr]
     s.log += group
-    assert all(p is not None and len(p.shared) == 2 for p in plans)
+    assert all(p is not None and p.marker_object is not None and not p.shared
+               and len(p.marker_runs) == 2 for p in plans)
+    assert len({p.marker_object for p in plans}) == 3  # type: ignore[union-attr]
     s.check_replay()
     s.commit([t.transition_record(TxnState.COMPLETE_COMMIT) for t in txns])
     s.check_replay()
