@@ -28,7 +28,7 @@ from txnlog.log_format.stable import StableSnapshot, read_latest_stable
 from txnlog.log_format.storage import Storage
 
 from ..client.coordinator_client import CoordinatorClient
-from ..errors import NotCoordinatorError
+from ..errors import NotCoordinatorError, UnknownTopicOrPartitionError
 from ..security import Credentials
 
 T = TypeVar("T")
@@ -52,6 +52,11 @@ class GatewayConfig:
     wait_threads: int = 64
     fetch_poll_s: float = 0.05      # how often a long-polling Fetch looks for new data
     max_request_bytes: int = 100 << 20  # Kafka's socket.request.max.bytes
+    # Kafka's auto.create.topics.enable and num.partitions: a Metadata that allows it (or a
+    # Produce) naming an unknown topic creates it with default configs, where both this
+    # gateway and the coordinator allow it; num_partitions None: the coordinator's
+    auto_create_topics: bool = True
+    num_partitions: int | None = None
 
 
 class Backend:
@@ -127,6 +132,41 @@ class Backend:
         except (topics.UnknownTopicError, ValueError):
             n = None
         self._topics[topic] = (now, n)
+        return n
+
+    def may_auto_create(self, topic: str) -> bool:
+        """Whether an unknown ``topic`` may be created on a client's use: this gateway's
+        ``auto.create.topics.enable``, a valid name, and not an internal (``__``) name,
+        whose topics the coordinator creates with their own shapes."""
+        if not self.config.auto_create_topics or topic.startswith("__"):
+            return False
+        try:
+            layout.validate_topic(topic)
+        except ValueError:
+            return False
+        return True
+
+    def auto_create(self, topic: str) -> int | None:
+        """Create ``topic`` as Kafka's auto-creation does (``num.partitions``, default
+        configs) through the coordinator, which decides whether its root allows it and
+        creates each name once (put-if-absent, one topic id): of two gateways creating it
+        at once, both get the one topic. Answers its partition count (an existing topic's
+        own), None where the coordinator does not auto-create. Blocks: run it on
+        ``waits``."""
+        try:
+            meta = self.client.call("auto_create_topic", {
+                "name": topic, "partitions": self.config.num_partitions})
+        except UnknownTopicOrPartitionError:
+            return None
+        self.forget_topic(topic)
+        return int(meta["partitions"])
+
+    async def topic_partitions(self, topic: str, create: bool = False) -> int | None:
+        """The topic's partition count; with ``create``, an unknown topic is auto-created
+        where ``may_auto_create`` allows (a failure to create raises)."""
+        n = await self.run(self.partitions, topic)
+        if n is None and create and self.may_auto_create(topic):
+            n = await self.wait(self.auto_create, topic)
         return n
 
     def forget_topic(self, topic: str) -> None:

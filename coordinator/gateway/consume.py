@@ -43,13 +43,17 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
         names = await backend.run(backend.list_topics)
     else:
         names = [t.name for t in req.topics if t.name is not None]
-    counts = await asyncio.gather(*(backend.run(backend.partitions, n) for n in names))
+    # Kafka's Metadata v0-v3 always allowed auto-creation; v4 on asks for it
+    create = req.topics is not None and (version < 4 or bool(
+        getattr(req, "allow_auto_topic_creation", True)))
+    counts = await asyncio.gather(*(_partitions(backend, n, create) for n in names),
+                                  return_exceptions=True)
     topics = []
     for name, n in zip(names, counts, strict=True):
-        if n is None:
+        if not isinstance(n, int):
             try:
                 layout.validate_topic(name)
-                code = E.UNKNOWN_TOPIC_OR_PARTITION
+                code = E.UNKNOWN_TOPIC_OR_PARTITION if n is None else _not_created(n)
             except ValueError:
                 code = E.INVALID_TOPIC_EXCEPTION
             topics.append({"error_code": code, "name": name, "topic_id": ZERO_UUID,
@@ -68,6 +72,20 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
             "brokers": [{"node_id": cfg.node_id, "host": cfg.advertised_host,
                          "port": cfg.advertised_port, "rack": None}],
             "topics": topics, "cluster_authorized_operations": NO_OPS}
+
+
+async def _partitions(backend: Backend, name: str, create: bool) -> int | None:
+    return await backend.topic_partitions(name, create)
+
+
+def _not_created(exc: BaseException) -> int:
+    """The code for a topic whose auto-creation failed: LEADER_NOT_AVAILABLE (Kafka's
+    answer while a topic is being created; clients ask again) when it may succeed later,
+    the coordinator's own code (a config it refuses) when it will not."""
+    code = E.code_of(exc)
+    return code if code in (E.INVALID_TOPIC_EXCEPTION, E.INVALID_CONFIG,
+                            E.INVALID_PARTITIONS, E.INVALID_REPLICATION_FACTOR,
+                            E.UNKNOWN_TOPIC_OR_PARTITION) else E.LEADER_NOT_AVAILABLE
 
 
 # ------------------------------------------------------------------------ ListOffsets

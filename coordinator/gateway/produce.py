@@ -177,9 +177,7 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
         for p in t.partition_data:
             b = _parse(t.name, p.index, p.records)
             if b.error == 0:
-                n = await backend.run(backend.partitions, t.name)
-                if n is None or not 0 <= p.index < n:
-                    b.error, b.message = E.UNKNOWN_TOPIC_OR_PARTITION, None
+                b.error, b.message = await _known(backend, t.name, p.index)
             batches.append(b)
     good = [b for b in batches if b.error == 0]
     groups: dict[tuple[int, int], list[_Batch]] = {}
@@ -233,6 +231,18 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
             "error_message": b.message})
     return {"throttle_time": 0, "responses": [
         {"name": t, "partition_responses": ps} for t, ps in by_topic.items()]}
+
+
+async def _known(backend: Backend, topic: str, partition: int) -> tuple[int, str | None]:
+    """(0, None) if the partition exists, auto-creating an unknown topic where the gateway
+    allows it; else the code a broker answers (retriable if creating it failed)."""
+    try:
+        n = await backend.topic_partitions(topic, create=True)
+    except Exception as exc:
+        return E.LEADER_NOT_AVAILABLE, f"topic {topic!r} could not be created: {exc}"[:500]
+    if n is None or not 0 <= partition < n:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, None
+    return 0, None
 
 
 class _BatchError(Exception):

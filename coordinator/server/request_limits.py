@@ -204,6 +204,9 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "partitions": Field(_part(offset=Int(-1, INT64[1]))),
         "timeout_ms": Field(Int(0, INT32[1]), required=False, default=60_000)}),
     "delete_topic": Obj({"name": Field(TOPIC)}),
+    "auto_create_topic": Obj({"name": Field(TOPIC),
+                              "partitions": Field(Int(1, INT32[1]), required=False,
+                                                  nullable=True)}),
     "create_partitions": Obj({"name": Field(TOPIC), "total": Field(Int(1, INT32[1])),
                               "validate_only": Field(Bool(), required=False, default=False)}),
     "alter_configs": Obj({

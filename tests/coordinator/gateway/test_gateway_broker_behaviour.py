@@ -1,0 +1,283 @@
+"""The gateway as a Kafka broker, where clients can tell: the same client scenarios run
+against a gateway with topic auto-creation on (Kafka's default) and one with it off.
+
+Real processes: one coordinator over a file root and three gateways on it — ``on`` (the
+defaults), ``off`` (``--no-auto-create-topics``) and ``three`` (``--num-partitions 3``,
+also the second gateway of a race) — and, for the coordinator's own setting, a second
+root whose coordinator runs with ``--auto-create-topics-enable false``. Clients:
+confluent-kafka (librdkafka), kafka-python, aiokafka, and raw kio requests where a client
+hides the field under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import io
+import socket
+import struct
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import kafka.errors
+import pytest
+from confluent_kafka import Producer as CKProducer
+from coordinator_proc import CoordinatorProc
+from gateway_proc import GatewayProc
+from kafka import KafkaProducer
+from txnlog.log_format import topics
+from txnlog.log_format.storage import Storage
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+@dataclass
+class Root:
+    url: str
+    coord: CoordinatorProc
+    on: GatewayProc
+    off: GatewayProc
+    three: GatewayProc
+
+    def gateway(self, mode: str) -> GatewayProc:
+        return {"on": self.on, "off": self.off}[mode]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Root]:
+    url = "file://" + str(tmp_path_factory.mktemp("gw-broker"))
+    coord = CoordinatorProc(url)
+    gws: list[GatewayProc] = []
+    try:
+        coord.wait_healthy()
+        for extra in ([], ["--no-auto-create-topics"], ["--num-partitions", "3"]):
+            gws.append(GatewayProc(url, extra=extra))
+        for g in gws:
+            g.wait_listening()
+        yield Root(url, coord, *gws)
+    finally:
+        for g in gws:
+            g.stop()
+        coord.stop()
+    for g in gws:
+        log = g.log_text()
+        assert "Traceback" not in log, log[-4000:]
+
+
+def _topic(root: Root, name: str) -> topics.TopicMeta | None:
+    try:
+        return topics.read_topic(Storage.for_url(root.url), name)
+    except topics.UnknownTopicError:
+        return None
+
+
+def _name(what: str) -> str:
+    return f"{what}-{uuid.uuid4().hex[:8]}"
+
+
+# ------------------------------------------------------------------- raw requests
+def _request(port: int, api_key: int, version: int, body: Any) -> Any:
+    """One kio-encoded request on a fresh connection; the decoded response."""
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader, entity_writer
+
+    buf = io.BytesIO()
+    header_cls = type(body).__header_schema__
+    entity_writer(header_cls)(buf, header_cls(request_api_key=api_key,
+                                              request_api_version=version,
+                                              correlation_id=7, client_id="raw"))
+    entity_writer(type(body))(buf, body)
+    data = buf.getvalue()
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(struct.pack(">i", len(data)) + data)
+        size = struct.unpack(">i", _recv(s, 4))[0]
+        frame = _recv(s, size)
+    resp_cls = load_response_schema(api_key, version)
+    _h, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    return entity_reader(resp_cls)(frame, n)[0]
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "connection closed"
+        out += chunk
+    return out
+
+
+def _metadata(gateway: GatewayProc, names: list[str], allow: bool, version: int = 12
+              ) -> Any:
+    from kio.schema.metadata.v3 import request as m3
+    from kio.schema.metadata.v12 import request as m12
+
+    if version == 3:
+        req3 = m3.MetadataRequest(topics=tuple(m3.MetadataRequestTopic(name=n)
+                                               for n in names))
+        return _request(gateway.port or 0, 3, 3, req3)
+    req = m12.MetadataRequest(
+        topics=tuple(m12.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=n)
+                     for n in names),
+        allow_auto_topic_creation=allow, include_topic_authorized_operations=False)
+    return _request(gateway.port or 0, 3, 12, req)
+
+
+# ------------------------------------------------------------- auto-creation
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_librdkafka_producer_to_a_new_topic(root: Root, mode: str) -> None:
+    """librdkafka's producer asks Metadata with allow_auto_topic_creation: on, the topic
+    is made with num.partitions (1) and the record delivered; off, the record fails with
+    Kafka's unknown-topic error and no topic appears."""
+    name = _name("ck-auto")
+    p = CKProducer({"bootstrap.servers": root.gateway(mode).bootstrap,
+                    "message.timeout.ms": 4000})
+    results: list[Any] = []
+    p.produce(name, b"v", on_delivery=lambda err, msg: results.append((err, msg)))
+    p.flush(30)
+    [(err, msg)] = results
+    meta = _topic(root, name)
+    if mode == "on":
+        assert err is None, err
+        assert meta is not None and meta.partitions == 1 and meta.config == {}
+        assert msg.offset() == 0
+    else:
+        assert err is not None and meta is None
+        # librdkafka waits topic.metadata.propagation.max.ms for a topic Kafka calls
+        # unknown, so the record times out (or fails as unknown) as against a broker
+        assert err.name() in ("_MSG_TIMED_OUT", "_UNKNOWN_TOPIC",
+                              "UNKNOWN_TOPIC_OR_PART"), err
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_kafka_python_producer_to_a_new_topic(root: Root, mode: str) -> None:
+    name = _name("kp-auto")
+    kp = KafkaProducer(bootstrap_servers=root.gateway(mode).bootstrap, max_block_ms=4000)
+    try:
+        if mode == "on":
+            assert kp.send(name, b"v").get(30).offset == 0
+        else:  # kafka-python waits max_block_ms for the topic's metadata, as with Kafka
+            with pytest.raises(kafka.errors.KafkaTimeoutError):
+                kp.send(name, b"v").get(30)
+    finally:
+        kp.close()
+    assert (_topic(root, name) is not None) == (mode == "on")
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_aiokafka_producer_to_a_new_topic(root: Root, mode: str) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    name = _name("aio-auto")
+
+    async def go() -> int:
+        p = AIOKafkaProducer(bootstrap_servers=root.gateway(mode).bootstrap,
+                             request_timeout_ms=4000)
+        await p.start()
+        try:
+            md = await asyncio.wait_for(p.send_and_wait(name, b"v"), 30)
+            return int(md.offset)
+        finally:
+            await p.stop()
+
+    if mode == "on":
+        assert asyncio.run(go()) == 0
+    else:
+        from aiokafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
+
+        # no metadata for it: aiokafka gives up as against Kafka
+        with pytest.raises((KafkaTimeoutError, UnknownTopicOrPartitionError)):
+            asyncio.run(go())
+    assert (_topic(root, name) is not None) == (mode == "on")
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_metadata_creates_only_when_allowed(root: Root, mode: str) -> None:
+    """Metadata v4+ creates a topic only with allow_auto_topic_creation; v0-v3 always
+    allowed it. Invalid and internal names are never created."""
+    g = root.gateway(mode)
+    refused, allowed, old = _name("md-no"), _name("md-yes"), _name("md-v3")
+    r = _metadata(g, [refused], allow=False)
+    assert [t.error_code for t in r.topics] == [UNKNOWN_TOPIC_OR_PARTITION]
+    assert _topic(root, refused) is None
+    r = _metadata(g, [allowed, "bad name!", "__internal_x"], allow=True)
+    codes = {t.name: int(t.error_code) for t in r.topics}
+    assert codes["bad name!"] == 17  # INVALID_TOPIC_EXCEPTION
+    assert codes["__internal_x"] == UNKNOWN_TOPIC_OR_PARTITION
+    assert _topic(root, "__internal_x") is None
+    r3 = _metadata(g, [old], allow=True, version=3)
+    if mode == "on":
+        assert codes[allowed] == 0
+        [t] = [t for t in r.topics if t.name == allowed]
+        assert [p.partition_index for p in t.partitions] == [0]
+        assert _topic(root, allowed) is not None
+        assert [int(t.error_code) for t in r3.topics] == [0]
+        assert _topic(root, old) is not None
+    else:
+        assert codes[allowed] == UNKNOWN_TOPIC_OR_PARTITION
+        assert _topic(root, allowed) is None
+        assert [int(t.error_code) for t in r3.topics] == [UNKNOWN_TOPIC_OR_PARTITION]
+        assert _topic(root, old) is None
+
+
+def test_produce_to_an_unknown_topic_creates_it(root: Root) -> None:
+    """A Produce naming an unknown topic creates it where auto-creation is on; on the
+    ``off`` gateway it is UNKNOWN_TOPIC_OR_PARTITION."""
+    from kio.schema.produce.v9 import request as pr
+    from txnlog.log_format.codec.records import encode_batch
+
+    batch = encode_batch([(None, b"x", [], 1)], base_offset=0)
+    for mode, want in (("off", UNKNOWN_TOPIC_OR_PARTITION), ("on", 0)):
+        name = _name(f"pr-{mode}")
+        req = pr.ProduceRequest(transactional_id=None, acks=-1,
+                                timeout=__import__("datetime").timedelta(seconds=30),
+                                topic_data=(pr.TopicProduceData(name=name, partition_data=(
+                                    pr.PartitionProduceData(index=0, records=batch),)),))
+        r = _request(root.gateway(mode).port or 0, 0, 9, req)
+        [t] = r.responses
+        assert [int(p.error_code) for p in t.partition_responses] == [want]
+        assert (_topic(root, name) is not None) == (mode == "on")
+
+
+def test_num_partitions_and_one_topic_of_a_race(root: Root) -> None:
+    """Two gateways auto-creating one name at once make one topic (one id); the
+    gateway's --num-partitions sets its partition count."""
+    name = _name("race")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda g: _metadata(g, [name], allow=True),
+                                [root.three, root.on] * 4))
+    metas = [_topic(root, name)]
+    assert metas[0] is not None
+    counts = {len(a.topics[0].partitions) for a in answers if a.topics[0].error_code == 0}
+    assert counts == {metas[0].partitions}
+    assert metas[0].partitions in (1, 3)
+    other = _name("three")
+    r = _metadata(root.three, [other], allow=True)
+    assert len(r.topics[0].partitions) == 3
+    meta = _topic(root, other)
+    assert meta is not None and meta.partitions == 3
+
+
+def test_the_coordinators_setting_holds_for_every_gateway(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A coordinator started with --auto-create-topics-enable false: a gateway that
+    allows auto-creation still creates nothing (one setting for the root)."""
+    url = "file://" + str(tmp_path_factory.mktemp("gw-broker-off"))
+    coord = CoordinatorProc(url, extra=["--auto-create-topics-enable", "false"])
+    gateway = None
+    try:
+        coord.wait_healthy()
+        gateway = GatewayProc(url)
+        gateway.wait_listening()
+        name = _name("coord-off")
+        r = _metadata(gateway, [name], allow=True)
+        assert [int(t.error_code) for t in r.topics] == [UNKNOWN_TOPIC_OR_PARTITION]
+        with contextlib.suppress(topics.UnknownTopicError):
+            topics.read_topic(Storage.for_url(url), name)
+            raise AssertionError("the topic was created")
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        coord.stop()
