@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from txnlog.log_format.layout import TopicPartition
-
 from ..wire import b64, unb64
 from . import errors as E
 from .backend import Backend
@@ -103,16 +101,51 @@ async def leave_group(backend: Backend, req: Any, version: int) -> dict[str, Any
     return {"throttle_time": 0, "error_code": code, "members": members}
 
 
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+
+async def offset_checks(backend: Backend, topics: Any) -> tuple[list[dict[str, Any]],
+                                                                 dict[tuple[str, int], int]]:
+    """The offsets of an OffsetCommit or TxnOffsetCommit request as the coordinator takes
+    them (commit metadata and leader epoch included), and the error of each partition
+    refused before that, as Kafka's broker refuses them: a topic or partition that does
+    not exist is UNKNOWN_TOPIC_OR_PARTITION, metadata over ``offset.metadata.max.bytes``
+    OFFSET_METADATA_TOO_LARGE, a negative offset INVALID_REQUEST (txnlog keeps no
+    "unknown offset" commits)."""
+    offsets: list[dict[str, Any]] = []
+    refused: dict[tuple[str, int], int] = {}
+    for t in topics:
+        n = await backend.run(backend.partitions, t.name)
+        for p in t.partitions:
+            metadata = p.committed_metadata or ""
+            if n is None or not 0 <= p.partition_index < n:
+                refused[(t.name, p.partition_index)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                refused[(t.name, p.partition_index)] = E.OFFSET_METADATA_TOO_LARGE
+            elif p.committed_offset < 0:
+                refused[(t.name, p.partition_index)] = E.INVALID_REQUEST
+            else:
+                offsets.append({"topic": t.name, "partition": p.partition_index,
+                                "offset": p.committed_offset, "metadata": metadata,
+                                "leader_epoch": int(getattr(p, "committed_leader_epoch", -1))})
+    return offsets, refused
+
+
+def offset_answer(topics: Any, refused: dict[tuple[str, int], int], code: int
+                  ) -> list[dict[str, Any]]:
+    """Each partition's code: its own refusal, else the commit's."""
+    return [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index,
+         "error_code": refused.get((t.name, p.partition_index), code)}
+        for p in t.partitions]} for t in topics]
+
+
 async def offset_commit(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    offsets = [{"topic": t.name, "partition": p.partition_index,
-                "offset": p.committed_offset, "metadata": p.committed_metadata or ""}
-               for t in req.topics for p in t.partitions]
+    offsets, refused = await offset_checks(backend, req.topics)
     generation = getattr(req, "generation_id_or_member_epoch",
                          getattr(req, "generation_id", -1))
     code = 0
-    if any(o["offset"] < 0 for o in offsets):
-        code = E.INVALID_REQUEST
-    elif offsets:
+    if offsets:
         try:
             r = await backend.run(backend.client.call, "commit_offsets", {
                 "group_id": req.group_id, "member_id": req.member_id or "",
@@ -120,26 +153,32 @@ async def offset_commit(backend: Backend, req: Any, version: int) -> dict[str, A
             code = r["error_code"]
         except Exception as exc:
             code = _unavailable(exc)
-    return {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                         "error_code": code} for p in t.partitions]}
-        for t in req.topics]}
+    return {"throttle_time": 0, "topics": offset_answer(req.topics, refused, code)}
 
 
 async def offset_fetch(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     try:
-        committed = await backend.run(backend.client.committed_offsets, req.group_id)
-        code = 0
+        r = await backend.run(backend.client.call, "committed_offsets",
+                              {"group_id": req.group_id})
+        committed, extra, code = r["offsets"], r.get("metadata") or {}, 0
     except Exception as exc:
-        committed, code = {}, _unavailable(exc)
+        committed, extra, code = {}, {}, _unavailable(exc)
     if req.topics is None:
         wanted: dict[str, list[int]] = {}
-        for tp in sorted(committed):
-            wanted.setdefault(tp.topic, []).append(tp.partition)
+        for key in sorted(committed, key=lambda k: (k.rpartition("-")[0],
+                                                    int(k.rpartition("-")[2]))):
+            topic, _, p = key.rpartition("-")
+            wanted.setdefault(topic, []).append(int(p))
     else:
         wanted = {t.name: list(t.partition_indexes) for t in req.topics}
-    topics = [{"name": name, "partitions": [
-        {"partition_index": p, "committed_offset": committed.get(TopicPartition(name, p), -1),
-         "committed_leader_epoch": -1, "metadata": "", "error_code": code}
-        for p in parts]} for name, parts in wanted.items()]
+    topics = []
+    for name, parts in wanted.items():
+        rows = []
+        for p in parts:
+            key = f"{name}-{p}"
+            metadata, epoch = (extra.get(key) or ["", -1])[:2]
+            rows.append({"partition_index": p, "committed_offset": committed.get(key, -1),
+                         "committed_leader_epoch": epoch, "metadata": metadata,
+                         "error_code": code})
+        topics.append({"name": name, "partitions": rows})
     return {"throttle_time": 0, "topics": topics, "error_code": code}

@@ -19,6 +19,7 @@ from typing import Any
 from . import errors as E
 from .backend import Backend
 from .codec import ms
+from .groups import offset_answer, offset_checks
 
 
 def _code(exc: BaseException) -> int:
@@ -75,23 +76,16 @@ async def add_offsets_to_txn(backend: Backend, req: Any, version: int) -> dict[s
 
 
 async def txn_offset_commit(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    offsets = [{"topic": t.name, "partition": p.partition_index,
-                "offset": p.committed_offset, "metadata": p.committed_metadata or ""}
-               for t in req.topics for p in t.partitions]
+    offsets, refused = await offset_checks(backend, req.topics)
     code = 0
-    if any(o["offset"] < 0 for o in offsets):
-        code = E.INVALID_REQUEST
-    elif offsets:
+    if offsets:
         try:
             await backend.run(backend.client.call, "kafka_add_offsets", {
                 "transactional_id": req.transactional_id, "producer_id": req.producer_id,
                 "epoch": req.producer_epoch, "group_id": req.group_id, "offsets": offsets})
         except Exception as exc:
             code = _code(exc)
-    return {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                         "error_code": code} for p in t.partitions]}
-        for t in req.topics]}
+    return {"throttle_time": 0, "topics": offset_answer(req.topics, refused, code)}
 
 
 async def end_txn(backend: Backend, req: Any, version: int) -> dict[str, Any]:

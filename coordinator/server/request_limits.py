@@ -125,7 +125,8 @@ OPERATION_SHAPES: dict[str, Obj] = {
     "heartbeat": Obj(dict(_TXN_PRODUCER)),
     "add_offsets": Obj({**_TXN_PRODUCER, "group_id": Field(Str()), "offsets": Field(ListOf(Obj({
         "topic": Field(TOPIC), "partition": Field(PARTITION), "offset": Field(OFFSET),
-        "metadata": Field(Str(min_chars=0), required=False, default="")})))}),
+        "metadata": Field(Str(min_chars=0), required=False, default=""),
+        "leader_epoch": Field(Int(*INT32), required=False, default=-1)})))}),
     "committed_offsets": Obj({"group_id": Field(Str())}),
     "end_txn": Obj({
         **_TXN_PRODUCER, "commit": Field(Bool()),
@@ -182,7 +183,8 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "generation_id": Field(Int(*INT32)),
         "offsets": Field(ListOf(Obj({
             "topic": Field(TOPIC), "partition": Field(PARTITION), "offset": Field(OFFSET),
-            "metadata": Field(Str(min_chars=0), required=False, default="")})))}),
+            "metadata": Field(Str(min_chars=0), required=False, default=""),
+        "leader_epoch": Field(Int(*INT32), required=False, default=-1)})))}),
     "describe_group": Obj({"group_id": Field(Str())}),
     # Kafka clients' transactions through gateways (kafka_txn.py)
     "kafka_init_producer_id": Obj({
@@ -197,7 +199,9 @@ OPERATION_SHAPES: dict[str, Obj] = {
                                   "topic": Field(TOPIC), "partition": Field(PARTITION),
                                   "offset": Field(OFFSET),
                                   "metadata": Field(Str(min_chars=0), required=False,
-                                                    default="")})))}),
+                                                    default=""),
+                                  "leader_epoch": Field(Int(*INT32), required=False,
+                                                        default=-1)})))}),
     "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
     # the topic lifecycle (maintenance/topic_admin.py)
     "delete_records": Obj({

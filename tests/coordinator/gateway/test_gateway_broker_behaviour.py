@@ -281,3 +281,176 @@ def test_the_coordinators_setting_holds_for_every_gateway(
         if gateway is not None:
             gateway.stop()
         coord.stop()
+
+
+# ------------------------------------------------------------------------ offsets
+def _made(root: Root, name: str, partitions: int = 2) -> str:
+    root.coord.client().create_topic(name, partitions)
+    return name
+
+
+def test_offset_commit_keeps_metadata_and_leader_epoch(root: Root) -> None:
+    """OffsetCommit's metadata and committed_leader_epoch come back from OffsetFetch
+    (librdkafka's committed(), kafka-python's committed(), the admin clients'
+    ListConsumerGroupOffsets), also after AlterConsumerGroupOffsets, and after a
+    commit without them they are "" and -1 again."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as CTP
+    from confluent_kafka.admin import AdminClient as CKAdmin
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    topic = _made(root, _name("om"))
+    g = root.on.bootstrap
+    group = _name("g-ck")
+    c = CKConsumer({"bootstrap.servers": g, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[CTP(topic, 0, 5, metadata="ck-meta", leader_epoch=7),
+                          CTP(topic, 1, 9)], asynchronous=False)
+        got = {tp.partition: tp for tp in c.committed([CTP(topic, 0), CTP(topic, 1)], 30)}
+    finally:
+        c.close()
+    assert (got[0].offset, got[0].metadata, got[0].leader_epoch) == (5, "ck-meta", 7)
+    assert (got[1].offset, got[1].metadata, got[1].leader_epoch) == (9, None, None)
+
+    kgroup = _name("g-kp")
+    kc = KafkaConsumer(bootstrap_servers=g, group_id=kgroup, enable_auto_commit=False)
+    try:
+        kc.commit({KTP(topic, 0): OffsetAndMetadata(3, "kp-meta", 2)})
+        om = kc.committed(KTP(topic, 0), metadata=True)
+        assert (om.offset, om.metadata, om.leader_epoch) == (3, "kp-meta", 2)
+        kc.commit({KTP(topic, 0): OffsetAndMetadata(4, "", -1)})  # cleared again
+        om = kc.committed(KTP(topic, 0), metadata=True)
+        assert (om.offset, om.metadata, om.leader_epoch) == (4, "", -1)
+    finally:
+        kc.close()
+
+    ka = KafkaAdminClient(bootstrap_servers=g)
+    try:
+        listed = ka.list_group_offsets(group)[group]
+        # confluent-kafka sends the metadata with its C string's NUL, as to any broker
+        assert listed[KTP(topic, 0)].metadata in ("ck-meta", "ck-meta\x00")
+        assert listed[KTP(topic, 0)].leader_epoch == 7
+    finally:
+        ka.close()
+    admin = CKAdmin({"bootstrap.servers": g})
+    f = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [CTP(topic, 1, 11, metadata="altered", leader_epoch=1)])])
+    [fut] = f.values()
+    fut.result(30)
+    f = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    [fut] = f.values()
+    rows = {tp.partition: tp for tp in fut.result(30).topic_partitions}
+    assert (rows[1].offset, rows[1].metadata, rows[1].leader_epoch) == (11, "altered", 1)
+    assert (rows[0].offset, rows[0].metadata) == (5, "ck-meta")
+
+
+def test_offsets_of_unknown_topics_or_partitions_are_refused(root: Root) -> None:
+    """Committing an offset of a topic or partition that does not exist is
+    UNKNOWN_TOPIC_OR_PARTITION for that partition; the request's other partitions
+    commit. Metadata over offset.metadata.max.bytes is OFFSET_METADATA_TOO_LARGE."""
+    from kio.schema.offset_commit.v8 import request as oc
+
+    topic = _made(root, _name("ou"), 1)
+    group = _name("g-unknown")
+    req = oc.OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=(
+            oc.OffsetCommitRequestTopic(name=topic, partitions=(
+                oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                committed_leader_epoch=-1,
+                                                committed_metadata="m"),
+                oc.OffsetCommitRequestPartition(partition_index=3, committed_offset=1,
+                                                committed_leader_epoch=-1,
+                                                committed_metadata=None))),
+            oc.OffsetCommitRequestTopic(name=_name("absent"), partitions=(
+                oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=1,
+                                                committed_leader_epoch=-1,
+                                                committed_metadata=None),)),
+            oc.OffsetCommitRequestTopic(name=topic + "x", partitions=()),
+        ))
+    r = _request(root.on.port or 0, 8, 8, req)
+    codes = [[int(p.error_code) for p in t.partitions] for t in r.topics]
+    assert codes == [[0, UNKNOWN_TOPIC_OR_PARTITION], [UNKNOWN_TOPIC_OR_PARTITION], []]
+    too_big = oc.OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=(oc.OffsetCommitRequestTopic(name=topic, partitions=(
+            oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=2,
+                                            committed_leader_epoch=-1,
+                                            committed_metadata="x" * 4097),)),))
+    r = _request(root.on.port or 0, 8, 8, too_big)
+    assert int(r.topics[0].partitions[0].error_code) == 12  # OFFSET_METADATA_TOO_LARGE
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    kc = KafkaConsumer(bootstrap_servers=root.on.bootstrap, group_id=group,
+                       enable_auto_commit=False)
+    try:
+        assert kc.committed(KTP(topic, 0), metadata=True).metadata == "m"
+        with pytest.raises(kafka.errors.KafkaError):
+            kc.commit({KTP(topic, 5): OffsetAndMetadata(1, "", -1)})
+    finally:
+        kc.close()
+    assert _topic(root, topic + "x") is None
+
+
+def test_txn_offset_commit_keeps_metadata(root: Root) -> None:
+    """sendOffsetsToTransaction's metadata is committed with the transaction."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import TopicPartition as CTP
+
+    topic = _made(root, _name("tom"), 1)
+    group = _name("g-txn")
+    c = CKConsumer({"bootstrap.servers": root.on.bootstrap, "group.id": group})
+    p = CKProducer({"bootstrap.servers": root.on.bootstrap,
+                    "transactional.id": _name("tid")})
+    try:
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, b"x")
+        p.send_offsets_to_transaction([CTP(topic, 0, 1, metadata="in-txn", leader_epoch=4)],
+                                      c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        [got] = c.committed([CTP(topic, 0)], 30)
+    finally:
+        c.close()
+    assert (got.offset, got.metadata, got.leader_epoch) == (1, "in-txn", 4)
+
+
+def test_offset_metadata_survives_a_coordinator_restart(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The metadata is the coordinator's state (its log and snapshots), not memory."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    url = "file://" + str(tmp_path_factory.mktemp("gw-broker-restart"))
+    coord = CoordinatorProc(url)
+    try:
+        coord.wait_healthy()
+        coord.client().create_topic("t", 1)
+        gateway = GatewayProc(url)
+        try:
+            gateway.wait_listening()
+            kc = KafkaConsumer(bootstrap_servers=gateway.bootstrap, group_id="g",
+                               enable_auto_commit=False)
+            try:
+                kc.commit({KTP("t", 0): OffsetAndMetadata(6, "kept", 5)})
+            finally:
+                kc.close()
+        finally:
+            gateway.stop()
+    finally:
+        coord.stop()
+    coord = CoordinatorProc(url)
+    try:
+        coord.wait_healthy()
+        r = coord.client().call("committed_offsets", {"group_id": "g"})
+        assert r["offsets"] == {"t-0": 6}
+        assert r["metadata"] == {"t-0": ["kept", 5]}
+    finally:
+        coord.stop()
