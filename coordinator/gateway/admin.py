@@ -12,9 +12,10 @@ can fail the connection: an unexpected failure of one item is UNKNOWN_SERVER_ERR
 
 A coordinator that cannot be reached is NOT_CONTROLLER for the topic operations (Kafka's
 admin clients look the controller up again and retry) and COORDINATOR_NOT_AVAILABLE for
-the group and transaction ones. Topics have no ids (DeleteTopics by id is
-UNKNOWN_TOPIC_ID) and no replicas: storage is the replica, so a replication factor of -1
-or any positive one is accepted and the topic answers as replicated once.
+the group and transaction ones. Topics have Kafka's ids (given at creation, answered by
+CreateTopics and Metadata; DeleteTopics 6 may name a topic by its id) and no replicas:
+storage is the replica, so a replication factor of -1 or any positive one is accepted and
+the topic answers as replicated once.
 """
 
 from __future__ import annotations
@@ -114,6 +115,18 @@ def _topic_meta(backend: Backend, name: str) -> topics.TopicMeta | None:
         return None
 
 
+def _name_of_id(backend: Backend, topic_id: uuid.UUID | None) -> str | None:
+    """The name of the topic with this id (each topic's metadata read: DeleteTopics by
+    id is an admin's rare request), None if none has it."""
+    if topic_id is None or topic_id == ZERO_UUID:
+        return None
+    for name in backend.list_topics():
+        meta = _topic_meta(backend, name)
+        if meta is not None and meta.topic_id == str(topic_id):
+            return name
+    return None
+
+
 # ------------------------------------------------------------------------ CreateTopics
 async def create_topics(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     call = _Calls(backend)
@@ -139,6 +152,9 @@ async def create_topics(backend: Backend, req: Any, version: int) -> dict[str, A
                     "name": t.name, "partitions": n, "config": cfg, "exist_ok": False})
                 n, cfg = int(meta["partitions"]), dict(meta["config"])
                 backend.forget_topic(t.name)
+                made = await backend.run(_topic_meta, backend, t.name)
+                if made is not None and made.topic_id:
+                    row["topic_id"] = uuid.UUID(made.topic_id)
             row.update(num_partitions=n, replication_factor=1,
                        configs=[{k: e[k] for k in ("name", "value", "read_only",
                                                    "config_source", "is_sensitive")}
@@ -207,8 +223,10 @@ async def delete_topics(backend: Backend, req: Any, version: int) -> dict[str, A
             if many is not None:
                 raise many
             if name is None:
-                raise _Refused(E.UNKNOWN_TOPIC_ID, f"topic id {topic_id}: txnlog topics have "
-                                                   "no ids; delete topics by name")
+                name = await backend.run(_name_of_id, backend, topic_id)
+                row["name"] = name
+                if name is None:
+                    raise _Refused(E.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
             if name in dupes:
                 raise _Refused(E.INVALID_REQUEST, f"topic {name!r} is named more than once")
             await call("delete_topic", {"name": name})

@@ -69,7 +69,7 @@ class Backend:
         self.waits = ThreadPoolExecutor(config.wait_threads, thread_name_prefix="gw-wait")
         self._client: CoordinatorClient | None = None
         self._client_lock = threading.Lock()
-        self._topics: dict[str, tuple[float, int | None]] = {}
+        self._topics: dict[str, tuple[float, topics.TopicMeta | None]] = {}
         self._snapshot: StableSnapshot | None = None
         self._snapshot_at = 0.0
         self._snapshot_lock = threading.Lock()
@@ -118,21 +118,27 @@ class Backend:
         return c
 
     # ---- topics ----------------------------------------------------------------------
-    def partitions(self, topic: str) -> int | None:
-        """The topic's partition count, None if it does not exist (cached briefly)."""
+    def topic_meta(self, topic: str) -> topics.TopicMeta | None:
+        """The topic's metadata (partitions, configs, id, creation time), None if it does
+        not exist (cached briefly)."""
         now = time.monotonic()
         hit = self._topics.get(topic)
         if hit is not None:
-            at, n = hit
-            if now - at < (TOPIC_TTL_S if n is not None else UNKNOWN_TOPIC_TTL_S):
-                return n
+            at, meta = hit
+            if now - at < (TOPIC_TTL_S if meta is not None else UNKNOWN_TOPIC_TTL_S):
+                return meta
         try:
             layout.validate_topic(topic)
-            n = topics.read_topic(self.storage, topic).partitions
+            meta = topics.read_topic(self.storage, topic)
         except (topics.UnknownTopicError, ValueError):
-            n = None
-        self._topics[topic] = (now, n)
-        return n
+            meta = None
+        self._topics[topic] = (now, meta)
+        return meta
+
+    def partitions(self, topic: str) -> int | None:
+        """The topic's partition count, None if it does not exist (cached briefly)."""
+        meta = self.topic_meta(topic)
+        return None if meta is None else meta.partitions
 
     def may_auto_create(self, topic: str) -> bool:
         """Whether an unknown ``topic`` may be created on a client's use: this gateway's

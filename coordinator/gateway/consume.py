@@ -21,6 +21,7 @@ from typing import Any
 
 from txnlog.log_format import layout
 from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
+from txnlog.log_format.topics import TopicMeta
 
 from ..client.admin_client import _max_timestamp
 from . import errors as E
@@ -29,6 +30,7 @@ from .codec import ms as _ms
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 ZERO_UUID = uuid.UUID(int=0)
+EPOCH_BASE_MS = 1_577_836_800_000  # 2020-01-01T00:00:00Z, the leader epochs' zero
 NO_OPS = -2147483648  # Kafka's "authorized operations not requested"
 
 
@@ -46,27 +48,28 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     # Kafka's Metadata v0-v3 always allowed auto-creation; v4 on asks for it
     create = req.topics is not None and (version < 4 or bool(
         getattr(req, "allow_auto_topic_creation", True)))
-    counts = await asyncio.gather(*(_partitions(backend, n, create) for n in names),
-                                  return_exceptions=True)
+    metas = await asyncio.gather(*(_topic_meta(backend, n, create) for n in names),
+                                 return_exceptions=True)
     topics = []
-    for name, n in zip(names, counts, strict=True):
-        if not isinstance(n, int):
+    for name, meta in zip(names, metas, strict=True):
+        if not isinstance(meta, TopicMeta):
             try:
                 layout.validate_topic(name)
-                code = E.UNKNOWN_TOPIC_OR_PARTITION if n is None else _not_created(n)
+                code = E.UNKNOWN_TOPIC_OR_PARTITION if meta is None else _not_created(meta)
             except ValueError:
                 code = E.INVALID_TOPIC_EXCEPTION
             topics.append({"error_code": code, "name": name, "topic_id": ZERO_UUID,
                            "is_internal": False, "partitions": [],
                            "topic_authorized_operations": NO_OPS})
             continue
-        node = cfg.node_id
+        node, epoch = cfg.node_id, leader_epoch(meta)
         topics.append({
-            "error_code": 0, "name": name, "topic_id": ZERO_UUID,
+            "error_code": 0, "name": name, "topic_id": topic_id(meta),
             "is_internal": name.startswith("__"),
             "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node,
-                            "leader_epoch": 0, "replica_nodes": (node,), "isr_nodes": (node,),
-                            "offline_replicas": ()} for p in range(n)],
+                            "leader_epoch": epoch, "replica_nodes": (node,),
+                            "isr_nodes": (node,), "offline_replicas": ()}
+                           for p in range(meta.partitions)],
             "topic_authorized_operations": NO_OPS})
     return {"throttle_time": 0, "cluster_id": cfg.cluster_id, "controller_id": cfg.node_id,
             "brokers": [{"node_id": cfg.node_id, "host": cfg.advertised_host,
@@ -74,8 +77,38 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
             "topics": topics, "cluster_authorized_operations": NO_OPS}
 
 
-async def _partitions(backend: Backend, name: str, create: bool) -> int | None:
-    return await backend.topic_partitions(name, create)
+async def _topic_meta(backend: Backend, name: str, create: bool) -> TopicMeta | None:
+    if await backend.topic_partitions(name, create) is None:
+        return None
+    return await backend.run(backend.topic_meta, name)
+
+
+def topic_id(meta: TopicMeta) -> uuid.UUID:
+    """Kafka's topic id: the UUID given at the topic's creation (the zero UUID for topics
+    of roots written before topics had ids)."""
+    return uuid.UUID(meta.topic_id) if meta.topic_id else ZERO_UUID
+
+
+def leader_epoch(meta: TopicMeta) -> int:
+    """Every partition's leader epoch: the whole seconds from 2020 to the topic's creation.
+
+    A txnlog partition never changes leader, so its epoch changes only where Kafka's
+    would tell a client that its view is stale: a topic deleted and created again is a
+    later topic, with a larger epoch (and another id), so a client's cached epoch is
+    older than the one Metadata now answers, Fetch and ListOffsets with that epoch are
+    FENCED_LEADER_EPOCH, and the client looks the topic up again. Partitions a topic gains
+    start at the topic's epoch, as new partitions in Kafka start at theirs."""
+    return max(0, min((meta.created_ms - EPOCH_BASE_MS) // 1000, 0x7FFFFFFF))
+
+
+def epoch_error(meta: TopicMeta, current: int) -> int:
+    """Kafka's check of a request's ``current_leader_epoch`` (-1: not checked)."""
+    if current < 0:
+        return 0
+    ours = leader_epoch(meta)
+    if current < ours:
+        return E.FENCED_LEADER_EPOCH
+    return E.UNKNOWN_LEADER_EPOCH if current > ours else 0
 
 
 def _not_created(exc: BaseException) -> int:
@@ -90,13 +123,17 @@ def _not_created(exc: BaseException) -> int:
 
 # ------------------------------------------------------------------------ ListOffsets
 def _list_one(backend: Backend, topic: str, partition: int, spec: int, isolation: str,
-              snap: Any) -> dict[str, Any]:
-    n = backend.partitions(topic)
+              snap: Any, current_epoch: int = -1) -> dict[str, Any]:
+    meta = backend.topic_meta(topic)
     out: dict[str, Any] = {"partition_index": partition, "error_code": 0, "timestamp": -1,
-                           "offset": -1, "leader_epoch": 0, "old_style_offsets": ()}
-    if n is None or not 0 <= partition < n:
+                           "offset": -1, "leader_epoch": -1, "old_style_offsets": ()}
+    if meta is None or not 0 <= partition < meta.partitions:
         out["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
         return out
+    out["error_code"] = epoch_error(meta, current_epoch)
+    if out["error_code"]:
+        return out
+    out["leader_epoch"] = leader_epoch(meta)
     lock, reader = backend.reader(topic, partition, isolation)
     try:
         with lock:
@@ -124,7 +161,8 @@ async def list_offsets(backend: Backend, req: Any, version: int) -> dict[str, An
     topics = []
     for t in req.topics:
         parts = await asyncio.gather(*(backend.run(
-            _list_one, backend, t.name, p.partition_index, p.timestamp, isolation, snap)
+            _list_one, backend, t.name, p.partition_index, p.timestamp, isolation, snap,
+            getattr(p, "current_leader_epoch", -1))
             for p in t.partitions))
         topics.append({"name": t.name, "partitions": list(parts)})
     return {"throttle_time": 0, "topics": topics}
@@ -132,15 +170,19 @@ async def list_offsets(backend: Backend, req: Any, version: int) -> dict[str, An
 
 # ------------------------------------------------------------------------------ Fetch
 def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit: int,
-               isolation: str, snap: Any) -> tuple[dict[str, Any], int]:
+               isolation: str, snap: Any, current_epoch: int = -1
+               ) -> tuple[dict[str, Any], int]:
     """One partition's answer and how many bytes of records it holds."""
     out: dict[str, Any] = {"partition_index": partition, "error_code": 0,
                            "high_watermark": -1, "last_stable_offset": -1,
                            "log_start_offset": -1, "aborted_transactions": None,
                            "preferred_read_replica": -1, "records": b""}
-    n = backend.partitions(topic)
-    if n is None or not 0 <= partition < n:
+    meta = backend.topic_meta(topic)
+    if meta is None or not 0 <= partition < meta.partitions:
         out["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+        return out, 0
+    out["error_code"] = epoch_error(meta, current_epoch)
+    if out["error_code"]:
         return out, 0
     lock, reader = backend.reader(topic, partition, isolation)
     try:
@@ -182,16 +224,17 @@ def _read_past_lso(backend: Backend, topic: str, partition: int, offset: int, li
         return reader.read_raw(offset, limit)
 
 
-def _fetch_all(backend: Backend, wanted: list[tuple[str, int, int, int]], max_bytes: int,
+def _fetch_all(backend: Backend, wanted: list[tuple[str, int, int, int, int]], max_bytes: int,
                isolation: str, snap: Any) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
     """Every partition read in order; the response size stays within ``max_bytes`` except
     for the first batch served (KIP-74)."""
     answers: list[tuple[str, dict[str, Any]]] = []
     total = 0
     failed = False
-    for topic, partition, offset, part_max in wanted:
+    for topic, partition, offset, part_max, current_epoch in wanted:
         limit = part_max if total == 0 else min(part_max, max_bytes - total)
-        ans, size = _fetch_one(backend, topic, partition, offset, limit, isolation, snap)
+        ans, size = _fetch_one(backend, topic, partition, offset, limit, isolation, snap,
+                               current_epoch)
         total += size
         failed = failed or ans["error_code"] != 0
         answers.append((topic, ans))
@@ -200,7 +243,8 @@ def _fetch_all(backend: Backend, wanted: list[tuple[str, int, int, int]], max_by
 
 async def fetch(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     isolation = _isolation(getattr(req, "isolation_level", 0))
-    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+               getattr(p, "current_leader_epoch", -1))
               for t in req.topics for p in t.partitions]
     max_bytes = getattr(req, "max_bytes", 0x7FFFFFFF)
     wait_s = max(0.0, min(_ms(req.max_wait), 60_000) / 1000.0)

@@ -454,3 +454,120 @@ def test_offset_metadata_survives_a_coordinator_restart(
         assert r["metadata"] == {"t-0": ["kept", 5]}
     finally:
         coord.stop()
+
+
+# ------------------------------------------------------------- topic ids, epochs
+def _epochs(gateway: GatewayProc, name: str) -> tuple[uuid.UUID, list[int]]:
+    [t] = _metadata(gateway, [name], allow=False).topics
+    assert int(t.error_code) == 0, t
+    return t.topic_id, [p.leader_epoch for p in sorted(t.partitions,
+                                                        key=lambda p: p.partition_index)]
+
+
+def _list_offsets_code(gateway: GatewayProc, name: str, epoch: int) -> int:
+    from kio.schema.list_offsets.v7 import request as lo
+
+    req = lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+        lo.ListOffsetsTopic(name=name, partitions=(lo.ListOffsetsPartition(
+            partition_index=0, current_leader_epoch=epoch, timestamp=-1),)),))
+    r = _request(gateway.port or 0, 2, 7, req)
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def _fetch_code(gateway: GatewayProc, name: str, epoch: int) -> int:
+    import datetime
+
+    from kio.schema.fetch.v12 import request as fr
+
+    req = fr.FetchRequest(
+        replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1, topics=(fr.FetchTopic(
+            topic=name, partitions=(fr.FetchPartition(
+                partition=0, current_leader_epoch=epoch, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=(), rack_id="")
+    r = _request(gateway.port or 0, 1, 12, req)
+    return int(r.responses[0].partitions[0].error_code)
+
+
+def test_topic_ids_and_leader_epochs(root: Root) -> None:
+    """Metadata answers the topic's id (CreateTopics too) and a leader epoch that a topic
+    deleted and created again raises; Fetch and ListOffsets with an older epoch are
+    FENCED_LEADER_EPOCH, with a newer one UNKNOWN_LEADER_EPOCH. Partitions a topic
+    gains start at its epoch; the old ones keep theirs."""
+    import time
+
+    from confluent_kafka.admin import AdminClient as CKAdmin
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    g = root.off
+    admin = CKAdmin({"bootstrap.servers": g.bootstrap})
+    name = _name("ids")
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(30)
+    first = _topic(root, name)
+    assert first is not None and first.topic_id
+    tid1, epochs1 = _epochs(g, name)
+    assert str(tid1) == first.topic_id and len(set(epochs1)) == 1
+    [desc] = admin.describe_topics(
+        __import__("confluent_kafka").TopicCollection([name])).values()
+    ck_id = desc.result(30).topic_id
+    got = ((ck_id.get_most_significant_bits() & (2**64 - 1)) << 64) \
+        | (ck_id.get_least_significant_bits() & (2**64 - 1))
+    assert str(uuid.UUID(int=got)) == first.topic_id
+    e1 = epochs1[0]
+    assert _list_offsets_code(g, name, e1) == 0 and _fetch_code(g, name, e1) == 0
+    assert _list_offsets_code(g, name, -1) == 0 and _fetch_code(g, name, -1) == 0
+
+    admin.create_partitions([NewPartitions(name, 4)])[name].result(30)
+    tid, grown = _epochs(g, name)
+    assert tid == tid1 and grown == [e1] * 4
+
+    admin.delete_topics([name])[name].result(30)
+    while int(time.time()) * 1000 <= first.created_ms + 1000:  # a later second
+        time.sleep(0.05)
+    for _ in range(100):  # the coordinator deletes a topic's objects in the background
+        try:
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+            break
+        except Exception as exc:
+            assert "marked for deletion" in str(exc), exc
+            time.sleep(0.1)
+    tid2, epochs2 = _epochs(g, name)
+    second = _topic(root, name)
+    assert second is not None and str(tid2) == second.topic_id != first.topic_id
+    e2 = epochs2[0]
+    assert e2 > e1
+    assert _list_offsets_code(g, name, e1) == 74 and _fetch_code(g, name, e1) == 74
+    assert _list_offsets_code(g, name, e2 + 1) == 75 and _fetch_code(g, name, e2 + 1) == 75
+    assert _list_offsets_code(g, name, e2) == 0 and _fetch_code(g, name, e2) == 0
+
+
+def test_a_producer_of_a_recreated_smaller_topic_stops_retrying(root: Root) -> None:
+    """librdkafka writing to partition 2 of a topic that is deleted and created again
+    with one partition fails that record once it sees the new topic, instead of
+    retrying until message.timeout.ms."""
+    from confluent_kafka.admin import AdminClient as CKAdmin
+    from confluent_kafka.admin import NewTopic
+
+    g = root.off
+    admin = CKAdmin({"bootstrap.servers": g.bootstrap})
+    name = _name("shrunk")
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(30)
+    p = CKProducer({"bootstrap.servers": g.bootstrap, "message.timeout.ms": 300_000,
+                    "topic.metadata.refresh.interval.ms": 1000})
+    results: list[Any] = []
+    p.produce(name, b"a", partition=2, on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(30) == 0 and results == [None]
+    admin.delete_topics([name])[name].result(30)
+    for _ in range(100):
+        try:
+            admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+            break
+        except Exception as exc:
+            assert "marked for deletion" in str(exc), exc
+            __import__("time").sleep(0.1)
+    p.produce(name, b"b", partition=2, on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(60) == 0, "the record is still being retried"
+    assert results[1] is not None
+
