@@ -73,6 +73,7 @@ class Backend:
         self._snapshot: StableSnapshot | None = None
         self._snapshot_at = 0.0
         self._snapshot_lock = threading.Lock()
+        self._written_at = 0.0  # when this gateway last acknowledged a write (monotonic)
         self._readers: dict[tuple[str, int, str], tuple[threading.Lock, PartitionReader]] = {}
         self._readers_lock = threading.Lock()
 
@@ -185,13 +186,22 @@ class Backend:
 
     # ---- what readers trust ----------------------------------------------------------
     def snapshot(self, max_age_s: float = STABLE_MIN_AGE_S) -> StableSnapshot | None:
-        """The newest published stable state, read again once older than ``max_age_s``."""
+        """The newest published stable state, read again once older than ``max_age_s``, or
+        when this gateway acknowledged a write since it was read (read-your-writes: the
+        write was published before its ack, so a ListOffsets or Fetch after the ack sees
+        it, as from the partition's leader)."""
         with self._snapshot_lock:
             now = time.monotonic()
-            if self._snapshot is None or now - self._snapshot_at >= max_age_s:
+            if self._snapshot is None or now - self._snapshot_at >= max_age_s \
+                    or self._snapshot_at <= self._written_at:
                 self._snapshot = read_latest_stable(self.storage, not_below=self._snapshot)
                 self._snapshot_at = now
             return self._snapshot
+
+    def mark_written(self) -> None:
+        """A write was acknowledged (published in the stable state before that): the next
+        ``snapshot`` is read again, not taken from the cache."""
+        self._written_at = time.monotonic()
 
     def reader(self, topic: str, partition: int, isolation: str
                ) -> tuple[threading.Lock, PartitionReader]:

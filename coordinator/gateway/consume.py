@@ -20,7 +20,9 @@ import uuid
 from typing import Any
 
 from txnlog.log_format import layout
+from txnlog.log_format.codec.batch_header import parse_header
 from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
+from txnlog.log_format.reader import RawRead
 from txnlog.log_format.topics import TopicMeta
 
 from ..client.admin_client import _max_timestamp
@@ -170,9 +172,11 @@ async def list_offsets(backend: Backend, req: Any, version: int) -> dict[str, An
 
 # ------------------------------------------------------------------------------ Fetch
 def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit: int,
-               isolation: str, snap: Any, current_epoch: int = -1
+               isolation: str, snap: Any, current_epoch: int = -1, strict: bool = False
                ) -> tuple[dict[str, Any], int]:
-    """One partition's answer and how many bytes of records it holds."""
+    """One partition's answer and how many bytes of records it holds: at most ``limit``,
+    except for a first batch larger than that, unless ``strict`` (the response already
+    holds records: KIP-74 lets only the response's first batch exceed its limits)."""
     out: dict[str, Any] = {"partition_index": partition, "error_code": 0,
                            "high_watermark": -1, "last_stable_offset": -1,
                            "log_start_offset": -1, "aborted_transactions": None,
@@ -202,6 +206,8 @@ def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit:
                 raw = _read_past_lso(backend, topic, partition, offset, limit, snap)
             else:
                 raw = reader.read_raw(offset, limit)
+            if strict and len(raw.data) > limit:
+                raw = _whole_batches(raw, offset, limit)
             if raw.data and isolation == "read_committed":
                 out["aborted_transactions"] = [
                     {"producer_id": a.producer_id, "first_offset": a.first_offset}
@@ -211,6 +217,20 @@ def _fetch_one(backend: Backend, topic: str, partition: int, offset: int, limit:
     except Exception as exc:
         out["error_code"] = E.code_of(exc)
         return out, 0
+
+
+def _whole_batches(raw: RawRead, offset: int, limit: int) -> RawRead:
+    """The batches of ``raw`` that fit in ``limit`` bytes whole (none: nothing read)."""
+    data = raw.data
+    end, next_offset = 0, offset
+    while end < len(data):
+        h = parse_header(data, end)
+        size = h.batch_length + 12
+        if end + size > limit:
+            break
+        end += size
+        next_offset = h.base_offset + h.last_offset_delta + 1
+    return RawRead(bytes(data[:end]), next_offset)
 
 
 def _read_past_lso(backend: Backend, topic: str, partition: int, offset: int, limit: int,
@@ -226,15 +246,17 @@ def _read_past_lso(backend: Backend, topic: str, partition: int, offset: int, li
 
 def _fetch_all(backend: Backend, wanted: list[tuple[str, int, int, int, int]], max_bytes: int,
                isolation: str, snap: Any) -> tuple[list[tuple[str, dict[str, Any]]], int, bool]:
-    """Every partition read in order; the response size stays within ``max_bytes`` except
-    for the first batch served (KIP-74)."""
+    """Every partition read in order; the response's records stay within ``max_bytes``
+    and each partition's within its ``partition_max_bytes``, except for the response's
+    first batch, which is given whole however large (KIP-74: a consumer always moves on;
+    Kafka's ``minOneMessage`` for the first partition that has records)."""
     answers: list[tuple[str, dict[str, Any]]] = []
     total = 0
     failed = False
     for topic, partition, offset, part_max, current_epoch in wanted:
-        limit = part_max if total == 0 else min(part_max, max_bytes - total)
+        limit = max(0, min(part_max, max_bytes - total))
         ans, size = _fetch_one(backend, topic, partition, offset, limit, isolation, snap,
-                               current_epoch)
+                               current_epoch, strict=total > 0)
         total += size
         failed = failed or ans["error_code"] != 0
         answers.append((topic, ans))

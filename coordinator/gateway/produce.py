@@ -220,6 +220,8 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
             for b in group:
                 b.error, b.message = code, str(exc)[:500] if isinstance(
                     exc, CoordinatorError | OSError) else None
+    if any(b.error == 0 and not b.transactional for b in good):
+        backend.mark_written()  # read-your-writes (Backend.snapshot)
     if req.acks == 0:
         return None
     by_topic: dict[str, list[dict[str, Any]]] = {}

@@ -94,6 +94,7 @@ async def end_txn(backend: Backend, req: Any, version: int) -> dict[str, Any]:
             "transactional_id": req.transactional_id, "producer_id": req.producer_id,
             "epoch": req.producer_epoch, "commit": bool(req.committed)})
         code = 0
+        backend.mark_written()  # the outcome is published: read-your-writes
     except Exception as exc:
         code = _code(exc)
     return {"throttle_time": 0, "error_code": code}

@@ -571,3 +571,122 @@ def test_a_producer_of_a_recreated_smaller_topic_stops_retrying(root: Root) -> N
     assert p.flush(60) == 0, "the record is still being retried"
     assert results[1] is not None
 
+
+# ------------------------------------------------------------------- fetch limits
+def _fetch(gateway: GatewayProc, name: str, partitions: list[int], max_bytes: int,
+           part_max: int) -> Any:
+    import datetime
+
+    from kio.schema.fetch.v12 import request as fr
+
+    req = fr.FetchRequest(
+        replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=max_bytes,
+        isolation_level=0, session_id=0, session_epoch=-1, topics=(fr.FetchTopic(
+            topic=name, partitions=tuple(fr.FetchPartition(
+                partition=p, current_leader_epoch=-1, fetch_offset=0,
+                last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=part_max) for p in partitions)),),
+        forgotten_topics_data=(), rack_id="")
+    return _request(gateway.port or 0, 1, 12, req)
+
+
+def _batch_sizes(records: bytes | None) -> list[int]:
+    out, pos, data = [], 0, bytes(records or b"")
+    while pos < len(data):
+        size = int.from_bytes(data[pos + 8:pos + 12], "big") + 12
+        out.append(size)
+        pos += size
+    assert pos == len(data), "a partial batch was served"
+    return out
+
+
+def test_fetch_max_bytes_holds_across_partitions(root: Root) -> None:
+    """The response's records stay within max_bytes whatever the partitions' own limits;
+    only the response's first batch may be larger (KIP-74), and a later partition whose
+    first batch does not fit gets nothing rather than more than the limit."""
+    from kafka import KafkaProducer
+
+    name = _made(root, _name("fmax"), 3)
+    kp = KafkaProducer(bootstrap_servers=root.on.bootstrap, linger_ms=0, batch_size=1)
+    try:
+        for i in range(8):
+            for p in range(3):
+                kp.send(name, b"v" * 2000 + bytes([i]), partition=p).get(30)
+        big = kp.send(name, b"B" * 30_000, partition=0).get(30)
+    finally:
+        kp.close()
+    r = _fetch(root.on, name, [0, 1, 2], max_bytes=9000, part_max=1 << 20)
+    sizes = [_batch_sizes(p.records) for p in r.responses[0].partitions]
+    assert sum(map(sum, sizes)) <= 9000 and sizes[0], sizes
+    assert all(s < 3000 for part in sizes for s in part)
+    # each partition's own limit holds too, past its first batch
+    r = _fetch(root.on, name, [1, 2], max_bytes=1 << 20, part_max=5000)
+    sizes = [_batch_sizes(p.records) for p in r.responses[0].partitions]
+    assert all(0 < sum(s) <= 5000 for s in sizes), sizes
+    # the response's first batch is whole however large; nothing follows it past the limit
+    r = _fetch_from(root.on, name, [(0, big.offset), (1, 0)], max_bytes=1000)
+    sizes = [_batch_sizes(p.records) for p in r.responses[0].partitions]
+    assert len(sizes[0]) == 1 and sizes[0][0] > 30_000 and sizes[1] == [], sizes
+
+
+def _fetch_from(gateway: GatewayProc, name: str, where: list[tuple[int, int]],
+                max_bytes: int) -> Any:
+    import datetime
+
+    from kio.schema.fetch.v12 import request as fr
+
+    req = fr.FetchRequest(
+        replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=max_bytes,
+        isolation_level=0, session_id=0, session_epoch=-1, topics=(fr.FetchTopic(
+            topic=name, partitions=tuple(fr.FetchPartition(
+                partition=p, current_leader_epoch=-1, fetch_offset=off,
+                last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1 << 20) for p, off in where)),),
+        forgotten_topics_data=(), rack_id="")
+    return _request(gateway.port or 0, 1, 12, req)
+
+
+def test_read_your_writes(root: Root) -> None:
+    """After a Produce is acknowledged, a ListOffsets(latest) and a Fetch through the same
+    gateway see the record, while a long-polling consumer keeps the gateway's stable
+    state cache busy."""
+    import threading
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    name = _made(root, _name("ryw"), 1)
+    stop = threading.Event()
+
+    def poll() -> None:
+        c = KafkaConsumer(bootstrap_servers=root.on.bootstrap, fetch_max_wait_ms=30)
+        c.assign([KTP(name, 0)])
+        try:
+            while not stop.is_set():
+                c.poll(timeout_ms=20)
+        finally:
+            c.close()
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    kp = KafkaProducer(bootstrap_servers=root.on.bootstrap, linger_ms=0)
+    from kio.schema.list_offsets.v7 import request as lo
+
+    stale = []
+    try:
+        for i in range(40):
+            md = kp.send(name, f"r{i}".encode(), partition=0).get(30)
+            req = lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+                lo.ListOffsetsTopic(name=name, partitions=(lo.ListOffsetsPartition(
+                    partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
+            latest = _request(root.on.port or 0, 2, 7, req).topics[0].partitions[0].offset
+            fetched = _fetch_from(root.on, name, [(0, md.offset)], 1 << 20)
+            hw = fetched.responses[0].partitions[0].high_watermark
+            if latest != md.offset + 1 or hw != md.offset + 1:
+                stale.append((i, md.offset, latest, hw))
+    finally:
+        kp.close()
+        stop.set()
+        poller.join()
+    assert stale == []
+
