@@ -36,6 +36,7 @@ INVALID_CONFIG = 40
 NOT_CONTROLLER = 41
 INVALID_REQUEST = 42
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 KAFKA_STORAGE_ERROR = 56
@@ -48,8 +49,20 @@ UNKNOWN_LEADER_EPOCH = 75
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
+PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
 UNKNOWN_SERVER_ERROR = -1
+
+
+def fenced_as(code: int, version: int, first: int | None) -> int:
+    """PRODUCER_FENCED as Kafka's KafkaApis answers it: to request versions from ``first``
+    on (InitProducerId 4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn 2); older ones,
+    whose clients do not know it, get INVALID_PRODUCER_EPOCH. A Produce always gets
+    INVALID_PRODUCER_EPOCH (``first`` None): since Kafka 2.7 a fenced produce is not
+    fatal for the producer, which aborts its transaction and goes on."""
+    if code == PRODUCER_FENCED and (first is None or version < first):
+        return INVALID_PRODUCER_EPOCH
+    return code
 
 
 def code_of(exc: BaseException) -> int:

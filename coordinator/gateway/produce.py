@@ -38,6 +38,7 @@ from txnlog.log_format.layout import TopicPartition
 
 from ..errors import CoordinatorError, ProducerFencedError
 from . import errors as E
+from . import validate
 from .backend import Backend
 from .codec import ms
 
@@ -77,6 +78,7 @@ async def init_producer_id(backend: Backend, req: Any, version: int) -> dict[str
         code = E.code_of(exc)
         if code == E.NOT_COORDINATOR and tid is None:
             code = E.COORDINATOR_NOT_AVAILABLE
+        code = E.fenced_as(code, version, 4)
         return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
     return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
 
@@ -94,6 +96,7 @@ class _Batch:
     error: int = 0
     message: str | None = None
     base_offset: int = -1
+    record_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _parse(topic: str, partition: int, records: bytes | None) -> _Batch:
@@ -178,6 +181,10 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
             b = _parse(t.name, p.index, p.records)
             if b.error == 0:
                 b.error, b.message = await _known(backend, t.name, p.index)
+            if b.error == 0:  # what Kafka's LogValidator refuses (keyless records, compact)
+                refused = await validate.refusal(backend, t.name, p.index, b.data)
+                if refused is not None:
+                    b.error, b.message, b.record_errors = refused
             batches.append(b)
     good = [b for b in batches if b.error == 0]
     groups: dict[tuple[int, int], list[_Batch]] = {}
@@ -227,9 +234,10 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for b in batches:
         by_topic.setdefault(b.topic, []).append({
-            "index": b.partition, "error_code": b.error,
+            "index": b.partition, "error_code": E.fenced_as(b.error, version, None),
             "base_offset": b.base_offset if b.error == 0 else -1,
-            "log_append_time": None, "log_start_offset": -1, "record_errors": (),
+            "log_append_time": None, "log_start_offset": -1,
+            "record_errors": b.record_errors,
             "error_message": b.message})
     return {"throttle_time": 0, "responses": [
         {"name": t, "partition_responses": ps} for t, ps in by_topic.items()]}

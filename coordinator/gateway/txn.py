@@ -46,7 +46,7 @@ async def add_partitions_to_txn(backend: Backend, req: Any, version: int) -> dic
             "transactional_id": tid, "producer_id": pid, "epoch": epoch})
         code = 0
     except Exception as exc:
-        code = _code(exc)
+        code = E.fenced_as(_code(exc), version, 2)
     results = []
     for t in topics:
         n = await backend.run(backend.partitions, t.name) if code == 0 else None
@@ -71,7 +71,7 @@ async def add_offsets_to_txn(backend: Backend, req: Any, version: int) -> dict[s
             "epoch": req.producer_epoch})
         code = 0
     except Exception as exc:
-        code = _code(exc)
+        code = E.fenced_as(_code(exc), version, 2)
     return {"throttle_time": 0, "error_code": code}
 
 
@@ -96,7 +96,7 @@ async def end_txn(backend: Backend, req: Any, version: int) -> dict[str, Any]:
         code = 0
         backend.mark_written()  # the outcome is published: read-your-writes
     except Exception as exc:
-        code = _code(exc)
+        code = E.fenced_as(_code(exc), version, 2)
     return {"throttle_time": 0, "error_code": code}
 
 

@@ -690,3 +690,72 @@ def test_read_your_writes(root: Root) -> None:
         poller.join()
     assert stale == []
 
+
+# ------------------------------------------------------------------ records, fencing
+def test_keyless_records_of_a_compacted_topic_are_refused(root: Root) -> None:
+    """A batch with a record without a key, to a cleanup.policy=compact topic, is
+    INVALID_RECORD with Kafka's per-record record_errors; keyed records are taken."""
+    from confluent_kafka import KafkaError
+    from kio.schema.produce.v9 import request as pr
+    from txnlog.log_format.codec.records import encode_batch
+
+    name = _name("compact")
+    root.coord.client().create_topic(name, 1, {"cleanup.policy": "compact"})
+    p = CKProducer({"bootstrap.servers": root.on.bootstrap, "linger.ms": 0})
+    errs: list[Any] = []
+    p.produce(name, value=b"no key", on_delivery=lambda err, msg: errs.append(err))
+    p.flush(30)
+    p.produce(name, key=b"k", value=b"keyed", on_delivery=lambda err, msg: errs.append(err))
+    p.flush(30)
+    assert errs[0] is not None and errs[0].code() == KafkaError.INVALID_RECORD, errs
+    assert errs[1] is None
+
+    batch = encode_batch([(b"a", b"1", [], 1), (None, b"2", [], 1), (b"c", b"3", [], 1),
+                          (None, b"4", [], 1)], base_offset=0, compression="gzip")
+    req = pr.ProduceRequest(transactional_id=None, acks=-1,
+                            timeout=__import__("datetime").timedelta(seconds=30),
+                            topic_data=(pr.TopicProduceData(name=name, partition_data=(
+                                pr.PartitionProduceData(index=0, records=batch),)),))
+    r = _request(root.on.port or 0, 0, 9, req)
+    [part] = r.responses[0].partition_responses
+    assert int(part.error_code) == 87  # INVALID_RECORD
+    assert [e.batch_index for e in part.record_errors] == [1, 3]
+    assert "without key" in part.record_errors[0].batch_index_error_message
+    assert "2 record errors" in (part.error_message or "")
+    from txnlog.log_format.consumer import Consumer
+    with Consumer(root.url, name) as c:
+        assert [rec.value for rec in c] == [b"keyed"]  # nothing of the refused batch
+
+
+def test_a_fenced_transactional_producer_gets_invalid_producer_epoch(root: Root) -> None:
+    """A zombie's Produce after a newer instance took its transactional id is
+    INVALID_PRODUCER_EPOCH, the code Kafka's broker sends a Produce (never
+    PRODUCER_FENCED), and librdkafka's zombie then learns it is fenced."""
+    from confluent_kafka import KafkaException
+
+    name = _made(root, _name("fence"), 1)
+    tid = _name("zombie")
+    conf = {"bootstrap.servers": root.on.bootstrap, "transactional.id": tid,
+            "linger.ms": 0}
+    old = CKProducer(conf)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(name, b"before")
+    old.flush(30)
+    new = CKProducer(conf)
+    new.init_transactions(30)  # fences the old instance
+    seen: list[str] = []
+    old.produce(name, b"zombie", on_delivery=lambda err, msg: seen.append(str(err)))
+    try:
+        old.flush(30)
+    except (KafkaException, SystemError) as exc:  # librdkafka raises its fatal error here
+        seen.append(str(exc.__cause__ or exc.__context__ or exc))
+    # librdkafka names the broker's code: INVALID_PRODUCER_EPOCH is "an operation with an
+    # old epoch" (PRODUCER_FENCED would be "a newer producer with the same id")
+    assert any("old epoch" in x for x in seen), seen
+    assert not any("newer producer with the same transactionalId" in x for x in seen), seen
+    with pytest.raises(KafkaException):  # the zombie cannot commit
+        old.commit_transaction(30)
+    new.begin_transaction()
+    new.produce(name, b"after")
+    new.commit_transaction(30)
