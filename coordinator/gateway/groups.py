@@ -45,6 +45,7 @@ async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]
             "rebalance_timeout_ms": rebalance_ms or DEFAULT_REBALANCE_MS,
             "protocol_type": req.protocol_type,
             "require_known_member_id": version >= 4,
+            "group_instance_id": getattr(req, "group_instance_id", None),
             "protocols": [{"name": p.name, "metadata": b64(p.metadata)}
                           for p in req.protocols]}
     try:
@@ -54,7 +55,8 @@ async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]
         return {"throttle_time": 0, "error_code": _unavailable(exc), "generation_id": -1,
                 "protocol_type": None, "protocol_name": None, "leader": "",
                 "member_id": req.member_id or "", "members": []}
-    r["members"] = [{"member_id": m["member_id"], "group_instance_id": None,
+    r["members"] = [{"member_id": m["member_id"],
+                     "group_instance_id": m.get("group_instance_id"),
                      "metadata": unb64(m["metadata"])} for m in r["members"]]
     if version < 7 and r.get("protocol_name") is None:
         r["protocol_name"] = ""
@@ -64,6 +66,7 @@ async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]
 async def sync_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     body = {"group_id": req.group_id, "member_id": req.member_id,
             "generation_id": req.generation_id,
+            "group_instance_id": getattr(req, "group_instance_id", None),
             "assignments": [{"member_id": a.member_id, "assignment": b64(a.assignment)}
                             for a in req.assignments]}
     try:
@@ -81,7 +84,8 @@ async def heartbeat(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     try:
         r = await backend.run(backend.client.call, "group_heartbeat", {
             "group_id": req.group_id, "member_id": req.member_id,
-            "generation_id": req.generation_id})
+            "generation_id": req.generation_id,
+            "group_instance_id": getattr(req, "group_instance_id", None)})
         code = r["error_code"]
     except Exception as exc:
         code = _unavailable(exc)
@@ -89,13 +93,17 @@ async def heartbeat(backend: Backend, req: Any, version: int) -> dict[str, Any]:
 
 
 async def leave_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    ids = [m.member_id for m in req.members] if version >= 3 else [req.member_id]
+    members_in = [{"member_id": m.member_id or "",
+                   "group_instance_id": getattr(m, "group_instance_id", None)}
+                  for m in req.members] if version >= 3 else \
+        [{"member_id": req.member_id, "group_instance_id": None}]
     try:
         r = await backend.run(backend.client.call, "leave_group",
-                              {"group_id": req.group_id, "member_ids": ids})
+                              {"group_id": req.group_id, "members": members_in})
     except Exception as exc:
         return {"throttle_time": 0, "error_code": _unavailable(exc), "members": []}
-    members = [{"member_id": m["member_id"], "group_instance_id": None,
+    members = [{"member_id": m["member_id"],
+                "group_instance_id": m.get("group_instance_id"),
                 "error_code": m["error_code"]} for m in r["members"]]
     code = members[0]["error_code"] if version < 3 and members else 0
     return {"throttle_time": 0, "error_code": code, "members": members}
@@ -149,7 +157,8 @@ async def offset_commit(backend: Backend, req: Any, version: int) -> dict[str, A
         try:
             r = await backend.run(backend.client.call, "commit_offsets", {
                 "group_id": req.group_id, "member_id": req.member_id or "",
-                "generation_id": generation, "offsets": offsets})
+                "generation_id": generation, "offsets": offsets,
+                "group_instance_id": getattr(req, "group_instance_id", None)})
             code = r["error_code"]
         except Exception as exc:
             code = _unavailable(exc)

@@ -67,8 +67,11 @@ class GroupOffsets:
                 "cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str,
-                          offsets: list[dict[str, Any]]) -> dict[str, Any]:
-        """AddOffsetsToTxn + TxnOffsetCommit: OffsetCommit records in the transaction."""
+                          offsets: list[dict[str, Any]], protocol_type: str | None = None
+                          ) -> dict[str, Any]:
+        """AddOffsetsToTxn + TxnOffsetCommit: OffsetCommit records in the transaction.
+        ``protocol_type``: the group's, when a member of a generation commits (kept for
+        ListGroups once the group is Empty)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidRequestError("group_id must be a non-empty string")
         if not offsets:
@@ -101,7 +104,9 @@ class GroupOffsets:
         await self.commits.commit([
             LogRecord("confirm", {"id": str(pid), "pid": pid, "parts": [[topic, p, base]]}),
             LogRecord("offsets", {"id": tid, "tid": tid, "group": group_id,
-                                  "offsets": [_entry(o) for o in offsets]})])
+                                  "offsets": [_entry(o) for o in offsets],
+                                  **({"protocol_type": protocol_type} if protocol_type
+                                     else {})})])
         return {"partition": p, "base_offset": base}
 
     def committed_metadata(self, group_id: str) -> dict[str, list[Any]]:

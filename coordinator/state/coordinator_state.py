@@ -67,6 +67,9 @@ class CoordinatorState:
     group_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     # {group: {"t-p": [metadata, leader epoch]}} of committed offsets that carry either
     group_offset_meta: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    # {group: protocol type} of groups whose members committed offsets ("consumer"): what
+    # ListGroups answers for the group once it is Empty, as Kafka keeps it
+    group_protocols: dict[str, str] = field(default_factory=dict)
     # Completed transactions that may still hold LSOs back (Kafka's unreplicatedTxns; the
     # snapshot calls them "held"): see partition_state.visible_offsets.
     unreplicated: list[UnreplicatedTxn] = field(default_factory=list)
@@ -297,7 +300,10 @@ class CoordinatorState:
     _apply_fence = _apply_confirm
 
     def _apply_offsets(self, d: dict[str, Any]) -> None:
-        self.txns[d["tid"]].offsets.append({"group": d["group"], "offsets": d["offsets"]})
+        entry = {"group": d["group"], "offsets": d["offsets"]}
+        if d.get("protocol_type"):
+            entry["protocol_type"] = d["protocol_type"]
+        self.txns[d["tid"]].offsets.append(entry)
 
     def _apply_group_delete(self, d: dict[str, Any]) -> None:
         """DeleteGroups / OffsetDelete (admin_ops): the group's committed offsets are
@@ -312,6 +318,8 @@ class CoordinatorState:
             self.group_offsets.pop(d["group"], None)
         if parts is None or not meta:
             self.group_offset_meta.pop(d["group"], None)
+        if d["group"] not in self.group_offsets:
+            self.group_protocols.pop(d["group"], None)
 
     def _offset_meta(self, group: str, key: str, extra: list[Any]) -> None:
         """A committed offset's [metadata, leader epoch] (none: "", -1)."""
@@ -395,6 +403,8 @@ class CoordinatorState:
                 for topic, p, offset, *extra in entry["offsets"]:
                     group[partition_key(topic, p)] = offset
                     self._offset_meta(entry["group"], partition_key(topic, p), extra)
+                if entry.get("protocol_type"):
+                    self.group_protocols[entry["group"]] = entry["protocol_type"]
             if plan is not None and plan.batch_id is not None:
                 txn.last_committed_batch = plan.batch_id
         for pid in txn.member_pids():
@@ -486,6 +496,7 @@ class CoordinatorState:
             "group_offsets": self.group_offsets,
             **({"group_offset_meta": self.group_offset_meta} if self.group_offset_meta
                else {}),
+            **({"group_protocols": self.group_protocols} if self.group_protocols else {}),
             "held": [e.to_json() for e in self.unreplicated],
             # only when something was merged, so snapshots of unmerged roots keep their bytes
             **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
@@ -507,7 +518,8 @@ class CoordinatorState:
                  takeover_offsets=list(s["takeover_offsets"]),
                  next_pid=s["next_pid"], pid_limit=s["pid_limit"], topics=s["topics"],
                  group_offsets=s["group_offsets"],
-                 group_offset_meta=s.get("group_offset_meta", {}))
+                 group_offset_meta=s.get("group_offset_meta", {}),
+                 group_protocols=s.get("group_protocols", {}))
         st.partitions = {k: PartitionState(v[0], {int(a): b for a, b in v[1]},
                                            {int(a): b for a, b in v[2]})
                          for k, v in s["partitions"].items()}

@@ -759,3 +759,124 @@ def test_a_fenced_transactional_producer_gets_invalid_producer_epoch(root: Root)
     new.begin_transaction()
     new.produce(name, b"after")
     new.commit_transaction(30)
+
+
+# ------------------------------------------------------------------------- groups
+def _raw_join(gateway: GatewayProc, group: str, member_id: str, instance: str | None) -> Any:
+    import datetime
+
+    from kio.schema.join_group.v7 import request as jg
+
+    req = jg.JoinGroupRequest(
+        group_id=group, session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id,
+        group_instance_id=instance, protocol_type="consumer", protocols=(
+            jg.JoinGroupRequestProtocol(name="range", metadata=b"\0\0\0\0\0\0\0\0"),))
+    return _request(gateway.port or 0, 11, 7, req)
+
+
+def test_static_membership(root: Root) -> None:
+    """KIP-345 with librdkafka's group.instance.id: DescribeGroups shows the instance
+    ids; a member restarted with its instance id takes its old partitions back without
+    a rebalance of the others; a stale member id of an instance is FENCED_INSTANCE_ID;
+    LeaveGroup can name a member by its instance id alone."""
+    import time
+
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka.admin import AdminClient as CKAdmin
+
+    topic = _made(root, _name("static"), 2)
+    group = _name("g-static")
+    events: dict[str, list[str]] = {"a": [], "b": []}
+
+    def consumer(instance: str) -> Any:
+        c = CKConsumer({"bootstrap.servers": root.on.bootstrap, "group.id": group,
+                        "group.instance.id": instance, "session.timeout.ms": 30_000,
+                        "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest",
+                        "partition.assignment.strategy": "range"})
+        c.subscribe([topic],
+                    on_assign=lambda _c, ps: events[instance].append(
+                        "assign " + ",".join(str(p.partition) for p in ps)),
+                    on_revoke=lambda _c, ps: events[instance].append(
+                        "revoke " + ",".join(str(p.partition) for p in ps)))
+        return c
+
+    def settle(cs: list[Any], until: Any) -> None:
+        deadline = time.monotonic() + 60
+        while not until() and time.monotonic() < deadline:
+            for c in cs:
+                c.poll(0.1)
+        assert until(), events
+
+    a, b = consumer("a"), consumer("b")
+    try:
+        settle([a, b], lambda: len(a.assignment()) + len(b.assignment()) == 2
+               and a.assignment() and b.assignment())
+        a_parts = sorted(p.partition for p in a.assignment())
+        admin = CKAdmin({"bootstrap.servers": root.on.bootstrap})
+        [fut] = admin.describe_consumer_groups([group]).values()
+        desc = fut.result(30)
+        assert sorted(m.group_instance_id for m in desc.members) == ["a", "b"]
+        b_events = list(events["b"])
+        a.close()  # a static member leaves no LeaveGroup: its partitions wait for it
+        events["a"].clear()
+        a = consumer("a")
+        settle([a, b], lambda: bool(a.assignment()))
+        for _ in range(20):  # b keeps polling: no rebalance reaches it
+            b.poll(0.1)
+            a.poll(0.1)
+        assert sorted(p.partition for p in a.assignment()) == a_parts
+        assert events["b"] == b_events, events
+        [fut] = admin.describe_consumer_groups([group]).values()
+        members = {m.group_instance_id: m.member_id for m in fut.result(30).members}
+        assert set(members) == {"a", "b"}
+
+        # an old member id of instance b: fenced; b's current one is not
+        stale = _raw_join(root.on, group, "b-not-current", "b")
+        assert int(stale.error_code) == 82  # FENCED_INSTANCE_ID
+
+        from kio.schema.leave_group.v4 import request as lg
+        req = lg.LeaveGroupRequest(group_id=group, members=(
+            lg.MemberIdentity(member_id="", group_instance_id="a"),
+            lg.MemberIdentity(member_id="wrong", group_instance_id="b"),
+            lg.MemberIdentity(member_id="", group_instance_id="nobody")))
+        r = _request(root.on.port or 0, 13, 4, req)
+        assert [(m.group_instance_id, int(m.error_code)) for m in r.members] == \
+            [("a", 0), ("b", 82), ("nobody", 25)]
+        [fut] = admin.describe_consumer_groups([group]).values()
+        assert [m.group_instance_id for m in fut.result(30).members] == ["b"]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_list_groups_keeps_an_empty_consumer_groups_protocol_type(root: Root) -> None:
+    """A consumer group whose members all left is Empty with protocol type "consumer"
+    (Kafka keeps it), so admin clients do not take it for a simple consumer group; a
+    group only ever used for standalone commits has "" as in Kafka."""
+    from confluent_kafka import Consumer as CKConsumer
+    from confluent_kafka import TopicPartition as CTP
+    from kio.schema.list_groups.v4 import request as lgr
+
+    topic = _made(root, _name("lg"), 1)
+    group, simple = _name("g-consumer"), _name("g-simple")
+    c = CKConsumer({"bootstrap.servers": root.on.bootstrap, "group.id": group,
+                    "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        import time
+        deadline = time.monotonic() + 60
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.1)
+        c.commit(offsets=[CTP(topic, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    s = CKConsumer({"bootstrap.servers": root.on.bootstrap, "group.id": simple})
+    try:
+        s.commit(offsets=[CTP(topic, 0, 0)], asynchronous=False)
+    finally:
+        s.close()
+    r = _request(root.on.port or 0, 16, 4, lgr.ListGroupsRequest(states_filter=()))
+    rows = {g.group_id: (g.group_state, g.protocol_type) for g in r.groups}
+    assert rows[group] == ("Empty", "consumer"), rows
+    assert rows[simple] == ("Empty", ""), rows
