@@ -38,6 +38,8 @@ log = logging.getLogger("txnlog.gateway.admin")
 
 MAX_ITEMS = 1_000            # topics, resources, groups or transactional ids per request
 DEFAULT_PARTITIONS = 1       # Kafka's num.partitions
+DELETE_RECORDS_WAIT_MS = 30_000
+BROKERS, CONTROLLERS = 1, 2  # DescribeCluster's endpoint types
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPS = -2147483648         # Kafka's "authorized operations not requested"
 TOPIC, BROKER = 2, 4         # DescribeConfigs / AlterConfigs resource types
@@ -276,7 +278,11 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
     starts are logged together); if it fails, each is tried alone so the error lands on
     the partition that caused it."""
     call = _Calls(backend)
-    timeout_ms = min(max(ms(req.timeout), 0), 120_000)  # a held call holds a thread
+    # Kafka's timeout is how long to wait for the followers; storage is the replica, so
+    # the one step to wait for is the publication of the new log start, which is always
+    # waited for (at least DELETE_RECORDS_WAIT_MS): timeout_ms=0 applies, as on a broker
+    # without followers (a held call holds a thread: at most 120 s)
+    timeout_ms = min(max(ms(req.timeout), DELETE_RECORDS_WAIT_MS), 120_000)
     wanted = [(t.name, p.partition_index, p.offset) for t in req.topics for p in t.partitions]
     results: dict[tuple[str, int], tuple[int, int]] = {}  # (low watermark, error code)
     many = len(wanted) > 10 * MAX_ITEMS
@@ -321,6 +327,27 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
             for p in t.partitions]} for t in req.topics]}
 
 
+# --------------------------------------------------------------------- DescribeCluster
+async def describe_cluster(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    """This gateway as the cluster's one broker and controller (as Metadata answers it);
+    asked for controllers (v1 ``endpoint_type`` 2), MISMATCHED_ENDPOINT_TYPE, as a
+    broker answers."""
+    cfg = backend.config
+    out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None,
+                           "endpoint_type": BROKERS, "cluster_id": cfg.cluster_id,
+                           "controller_id": cfg.node_id, "brokers": [],
+                           "cluster_authorized_operations": E.authorized_operations(
+                               "cluster", bool(req.include_cluster_authorized_operations))}
+    if int(getattr(req, "endpoint_type", BROKERS)) != BROKERS:
+        out.update(error_code=E.MISMATCHED_ENDPOINT_TYPE,
+                   error_message="the gateway answers for brokers (endpoint type 1)",
+                   endpoint_type=int(req.endpoint_type))
+        return out
+    out["brokers"] = [{"broker_id": cfg.node_id, "host": cfg.advertised_host,
+                       "port": cfg.advertised_port, "rack": None, "is_fenced": False}]
+    return out
+
+
 # --------------------------------------------------------------------- DescribeConfigs
 async def describe_configs(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     synonyms = bool(getattr(req, "include_synonyms", False))
@@ -344,7 +371,8 @@ async def describe_configs(backend: Backend, req: Any, version: int) -> dict[str
                 _check_broker(backend, r.resource_name)
                 cfg = backend.config
                 row["configs"] = C.broker_entries(
-                    cfg.node_id, f"{cfg.advertised_host}:{cfg.advertised_port}", keys)
+                    cfg.node_id, f"{cfg.advertised_host}:{cfg.advertised_port}", keys,
+                    cfg.auto_create_topics, cfg.num_partitions)
             else:
                 raise _Refused(E.INVALID_REQUEST, f"resource type {r.resource_type} is not "
                                                   "served (topics and brokers are)")
@@ -432,4 +460,5 @@ async def _alter_topic(call: _Calls, r: Any, incremental: bool, validate_only: b
 
 
 __all__ = ["alter_configs", "create_partitions", "create_topics", "delete_records",
-           "delete_topics", "describe_configs", "incremental_alter_configs"]
+           "delete_topics", "describe_cluster", "describe_configs",
+           "incremental_alter_configs"]

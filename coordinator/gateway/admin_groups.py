@@ -16,7 +16,7 @@ from typing import Any
 
 from ..wire import unb64
 from . import errors as E
-from .admin import MAX_ITEMS, NO_OPS, _answer, _call, _Calls, _Refused, _too_many
+from .admin import MAX_ITEMS, _answer, _call, _Calls, _Refused, _too_many
 from .backend import Backend
 
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
@@ -58,7 +58,9 @@ async def describe_groups(backend: Backend, req: Any, version: int) -> dict[str,
         row: dict[str, Any] = {"error_code": 0, "error_message": None, "group_id": group,
                                "group_state": "Dead", "protocol_type": "",
                                "protocol_data": "", "members": [],
-                               "authorized_operations": NO_OPS}
+                               "authorized_operations": E.authorized_operations(
+                                   "group", bool(getattr(
+                                       req, "include_authorized_operations", False)))}
         try:
             if many is not None:
                 raise many

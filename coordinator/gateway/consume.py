@@ -73,10 +73,17 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
                             "isr_nodes": (node,), "offline_replicas": ()}
                            for p in range(meta.partitions)],
             "topic_authorized_operations": NO_OPS})
+    topic_ops = E.authorized_operations(
+        "topic", bool(getattr(req, "include_topic_authorized_operations", False)))
+    for t in topics:
+        if t["error_code"] == 0:
+            t["topic_authorized_operations"] = topic_ops
     return {"throttle_time": 0, "cluster_id": cfg.cluster_id, "controller_id": cfg.node_id,
             "brokers": [{"node_id": cfg.node_id, "host": cfg.advertised_host,
                          "port": cfg.advertised_port, "rack": None}],
-            "topics": topics, "cluster_authorized_operations": NO_OPS}
+            "topics": topics, "cluster_authorized_operations": E.authorized_operations(
+                "cluster",
+                bool(getattr(req, "include_cluster_authorized_operations", False)))}
 
 
 async def _topic_meta(backend: Backend, name: str, create: bool) -> TopicMeta | None:

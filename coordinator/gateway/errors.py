@@ -51,7 +51,30 @@ INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
 PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
+MISMATCHED_ENDPOINT_TYPE = 114
 UNKNOWN_SERVER_ERROR = -1
+
+NOT_REQUESTED = -2147483648  # Kafka's "authorized operations not requested"
+# Kafka's AclOperation codes a resource type supports (AclEntry.supportedOperations): with
+# no authorizer (this gateway has one token for all), every one is authorized
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+SUPPORTED_OPERATIONS = {
+    "cluster": (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
+                _IDEMPOTENT_WRITE, _ALTER, _DESCRIBE),
+    "topic": (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS,
+              _ALTER_CONFIGS),
+    "group": (_READ, _DESCRIBE, _DELETE),
+}
+
+
+def authorized_operations(resource: str, requested: bool) -> int:
+    """Kafka's authorized-operations bit field of a resource, as a broker without an
+    authorizer answers it (every operation the resource type supports), or
+    NOT_REQUESTED when the request did not ask."""
+    if not requested:
+        return NOT_REQUESTED
+    return sum(1 << op for op in SUPPORTED_OPERATIONS[resource])
 
 
 def fenced_as(code: int, version: int, first: int | None) -> int:

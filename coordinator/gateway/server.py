@@ -67,6 +67,7 @@ HANDLERS: dict[int, Handler] = {
     V.DESCRIBE_PRODUCERS: admin_groups.describe_producers,
     V.DESCRIBE_TRANSACTIONS: admin_groups.describe_transactions,
     V.LIST_TRANSACTIONS: admin_groups.list_transactions,
+    V.DESCRIBE_CLUSTER: admin.describe_cluster,
 }
 
 

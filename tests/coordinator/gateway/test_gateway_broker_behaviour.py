@@ -880,3 +880,79 @@ def test_list_groups_keeps_an_empty_consumer_groups_protocol_type(root: Root) ->
     rows = {g.group_id: (g.group_state, g.protocol_type) for g in r.groups}
     assert rows[group] == ("Empty", "consumer"), rows
     assert rows[simple] == ("Empty", ""), rows
+
+
+# -------------------------------------------------------------------------- admin
+def test_delete_records_with_timeout_zero_applies(root: Root) -> None:
+    """DeleteRecords with timeout_ms=0 moves the log start and answers it, as a broker
+    whose partitions have no followers to wait for."""
+    from kio.schema.delete_records.v2 import request as dr
+
+    name = _made(root, _name("dr0"), 1)
+    kp = KafkaProducer(bootstrap_servers=root.on.bootstrap)
+    try:
+        for i in range(5):
+            kp.send(name, f"v{i}".encode(), partition=0).get(30)
+    finally:
+        kp.close()
+    req = dr.DeleteRecordsRequest(
+        topics=(dr.DeleteRecordsTopic(name=name, partitions=(
+            dr.DeleteRecordsPartition(partition_index=0, offset=3),)),),
+        timeout=__import__("datetime").timedelta(0))
+    r = _request(root.on.port or 0, 21, 2, req)
+    [part] = r.topics[0].partitions
+    assert (int(part.error_code), part.low_watermark) == (0, 3)
+    from txnlog import AdminClient
+    from txnlog.log_format.layout import TopicPartition
+    low = AdminClient(root.url).list_offsets({TopicPartition(name, 0): "earliest"})
+    assert low[TopicPartition(name, 0)]["offset"] == 3
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # AlterConfigs, as kafka-configs
+def test_described_configs_are_accepted_back(root: Root) -> None:
+    """What DescribeConfigs answers (defaults included, e.g. compression.gzip.level=-1)
+    is accepted by AlterConfigs as it is, as kafka-configs round-trips it."""
+    from confluent_kafka.admin import AdminClient as CKAdmin
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    name = _made(root, _name("cfg"), 1)
+    admin = CKAdmin({"bootstrap.servers": root.on.bootstrap})
+    res = ConfigResource(ResourceType.TOPIC, name)
+    [fut] = admin.describe_configs([res]).values()
+    described = {k: e.value for k, e in fut.result(30).items()}
+    assert described["compression.gzip.level"] == "-1"
+    back = ConfigResource(ResourceType.TOPIC, name, set_config=described)
+    [fut] = admin.alter_configs([back]).values()
+    fut.result(30)
+    [fut] = admin.describe_configs([res]).values()
+    assert {k: e.value for k, e in fut.result(30).items()} == described
+
+
+def test_describe_cluster_and_authorized_operations(root: Root) -> None:
+    """DescribeCluster answers the gateway as the cluster's broker and controller; the
+    authorized operations of the cluster, topics and groups are what a broker without an
+    authorizer reports (everything the resource type supports) when asked."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+    from confluent_kafka.admin import AdminClient as CKAdmin
+
+    admin = CKAdmin({"bootstrap.servers": root.on.bootstrap})
+    desc = admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert desc.cluster_id == "txnlog" and desc.controller.id == 0
+    assert [(n.id, n.port) for n in desc.nodes] == [(0, root.on.port)]
+    assert set(desc.authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE}
+    name = _made(root, _name("ops"), 1)
+    [fut] = admin.describe_topics(TopicCollection([name]),
+                                  include_authorized_operations=True).values()
+    assert AclOperation.WRITE in set(fut.result(30).authorized_operations)
+
+    from kafka import KafkaAdminClient
+    ka = KafkaAdminClient(bootstrap_servers=root.on.bootstrap)
+    try:
+        cluster = ka.describe_cluster()
+        assert cluster["cluster_id"] == "txnlog" and cluster["controller_id"] == 0
+    finally:
+        ka.close()
