@@ -1,5 +1,6 @@
 """What Kafka's broker refuses of a produced batch beyond its framing (``LogValidator``):
-records without a key in a compacted topic.
+a batch larger than the topic's ``max.message.bytes``, records without a key in a
+compacted topic.
 
 The gateway stores batches verbatim, so only what a broker would refuse is looked at, and
 only where it can apply: the records of a batch are decoded (decompressed) for topics with
@@ -15,6 +16,7 @@ from txnlog.log_format.errors import LogFormatError
 
 from ..topic_config import compacts
 from . import errors as E
+from .admin_configs import TOPIC_CONFIG_INFO
 from .backend import Backend
 
 MAX_RECORD_ERRORS_SHOWN = 3  # Kafka's message shows the first three
@@ -32,7 +34,16 @@ async def refusal(backend: Backend, topic: str, partition: int, data: bytes | by
     with records a broker would refuse, None for one it would take. A batch that cannot
     be decoded is CORRUPT_MESSAGE, as from a broker."""
     meta = await backend.run(backend.topic_meta, topic)
-    if meta is None or not compacts(meta.config):
+    if meta is None:
+        return None
+    limit = int(meta.config.get("max.message.bytes",
+                                TOPIC_CONFIG_INFO["max.message.bytes"][0]))
+    if len(data) > limit:  # Kafka's RecordTooLargeException
+        return E.MESSAGE_TOO_LARGE, (
+            f"The request included a message larger than the max message size the server "
+            f"will accept: a batch of {len(data)} bytes, above {topic}'s max.message.bytes "
+            f"{limit}."), []
+    if not compacts(meta.config):
         return None
     try:
         missing = await backend.run(keyless, data)

@@ -956,3 +956,21 @@ def test_describe_cluster_and_authorized_operations(root: Root) -> None:
         assert cluster["cluster_id"] == "txnlog" and cluster["controller_id"] == 0
     finally:
         ka.close()
+
+
+def test_a_batch_above_max_message_bytes_is_message_too_large(root: Root) -> None:
+    """A batch larger than the topic's max.message.bytes is MESSAGE_TOO_LARGE, as from a
+    broker (librdkafka reports it for the record); a smaller one is taken."""
+    from confluent_kafka import KafkaError
+
+    name = _name("small-max")
+    root.coord.client().create_topic(name, 1, {"max.message.bytes": "2000"})
+    p = CKProducer({"bootstrap.servers": root.on.bootstrap, "linger.ms": 0,
+                    "compression.type": "none"})
+    errs: list[Any] = []
+    p.produce(name, b"x" * 5000, on_delivery=lambda err, msg: errs.append(err))
+    p.flush(30)
+    p.produce(name, b"y" * 100, on_delivery=lambda err, msg: errs.append(err))
+    p.flush(30)
+    assert errs[0] is not None and errs[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, errs
+    assert errs[1] is None
