@@ -12,8 +12,8 @@ Modules: ``codec`` (kio: headers, bodies, plain dicts to kio entities), ``versio
 ApiVersions advertises), ``errors`` (Kafka's error codes and the coordinator's errors
 mapped to them), ``backend`` (storage, the coordinator client, caches, thread pools),
 ``consume`` (Metadata, ListOffsets, Fetch), ``produce`` (InitProducerId, Produce),
-``validate`` (what a broker refuses of a produced batch's records: keyless records of
-compacted topics),
+``validate`` (what a broker refuses or changes of a produced batch: its size, keyless
+records of compacted topics, LogAppendTime),
 ``groups`` (FindCoordinator, consumer groups, offsets), ``txn`` (transactional producers),
 ``admin`` (Kafka's admin APIs over the coordinator's topic and config operations),
 ``admin_groups`` (the group and transaction admin APIs), ``admin_configs`` (Kafka's topic

@@ -97,6 +97,7 @@ class _Batch:
     message: str | None = None
     base_offset: int = -1
     record_errors: list[dict[str, Any]] = field(default_factory=list)
+    log_append_time: int | None = None
 
 
 def _parse(topic: str, partition: int, records: bytes | None) -> _Batch:
@@ -185,6 +186,9 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
                 refused = await validate.refusal(backend, t.name, p.index, b.data)
                 if refused is not None:
                     b.error, b.message, b.record_errors = refused
+                else:
+                    b.log_append_time = await backend.run(validate.log_append_time, backend,
+                                                          t.name, b.data)
             batches.append(b)
     good = [b for b in batches if b.error == 0]
     groups: dict[tuple[int, int], list[_Batch]] = {}
@@ -236,7 +240,8 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
         by_topic.setdefault(b.topic, []).append({
             "index": b.partition, "error_code": E.fenced_as(b.error, version, None),
             "base_offset": b.base_offset if b.error == 0 else -1,
-            "log_append_time": None, "log_start_offset": -1,
+            "log_append_time": b.log_append_time if b.error == 0 else None,
+            "log_start_offset": -1,
             "record_errors": b.record_errors,
             "error_message": b.message})
     return {"throttle_time": 0, "responses": [

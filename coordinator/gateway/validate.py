@@ -1,6 +1,6 @@
-"""What Kafka's broker refuses of a produced batch beyond its framing (``LogValidator``):
-a batch larger than the topic's ``max.message.bytes``, records without a key in a
-compacted topic.
+"""What Kafka's broker refuses or changes of a produced batch beyond its framing
+(``LogValidator``): a batch larger than the topic's ``max.message.bytes``, records
+without a key in a compacted topic; the timestamps of a ``LogAppendTime`` topic's batch.
 
 The gateway stores batches verbatim, so only what a broker would refuse is looked at, and
 only where it can apply: the records of a batch are decoded (decompressed) for topics with
@@ -9,8 +9,15 @@ only where it can apply: the records of a batch are decoded (decompressed) for t
 
 from __future__ import annotations
 
+import struct
+import time
 from typing import Any
 
+from txnlog.log_format.codec.batch_header import (
+    ATTRIBUTES_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    finish_batch,
+)
 from txnlog.log_format.codec.records import decode_batch
 from txnlog.log_format.errors import LogFormatError
 
@@ -20,6 +27,9 @@ from .admin_configs import TOPIC_CONFIG_INFO
 from .backend import Backend
 
 MAX_RECORD_ERRORS_SHOWN = 3  # Kafka's message shows the first three
+# baseOffset 8, batchLength 4, leaderEpoch 4, magic 1, crc 4, attributes 2,
+# lastOffsetDelta 4, baseTimestamp 8: maxTimestamp follows
+MAX_TIMESTAMP_OFFSET = ATTRIBUTES_OFFSET + 2 + 4 + 8
 
 
 def keyless(data: bytes | bytearray) -> list[int]:
@@ -60,3 +70,23 @@ async def refusal(backend: Backend, topic: str, partition: int, data: bytes | by
                "in total, and only showing the first three errors at most: "
                f"[{shown}]")
     return E.INVALID_RECORD, message, errors
+
+
+def log_append_time(backend: Backend, topic: str, data: bytearray) -> int | None:
+    """A topic with ``message.timestamp.type=LogAppendTime``: the batch's timestamp type
+    and max timestamp are set to now, as Kafka's broker sets them on append (records keep
+    their deltas; consumers take the batch's max timestamp for each record), and its CRC
+    is computed again. Answers that time (the Produce response's ``log_append_time``),
+    None for CreateTime topics (the batch is stored as sent).
+
+    Cost: one CRC32C pass over the batch (the attributes and timestamp are inside the
+    CRC), which verifying it on arrival already paid once; nothing is decompressed."""
+    meta = backend.topic_meta(topic)
+    if meta is None or meta.config.get("message.timestamp.type") != "LogAppendTime":
+        return None
+    now = int(time.time() * 1000)
+    attributes = struct.unpack_from(">h", data, ATTRIBUTES_OFFSET)[0]
+    struct.pack_into(">h", data, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", data, MAX_TIMESTAMP_OFFSET, now)
+    finish_batch(data)
+    return now

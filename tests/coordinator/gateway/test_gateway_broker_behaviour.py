@@ -985,3 +985,41 @@ def test_a_batch_above_max_message_bytes_is_message_too_large(root: Root) -> Non
     p.flush(30)
     assert errs[0] is not None and errs[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, errs
     assert errs[1] is None
+
+
+def test_log_append_time_topics_stamp_the_append_time(root: Root) -> None:
+    """A message.timestamp.type=LogAppendTime topic's batches carry the time of their
+    append, as a broker sets it: the producer is told it, consumers read it (librdkafka
+    reports the LogAppendTime type); a CreateTime topic keeps the producer's time."""
+    import time
+
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+    from confluent_kafka import Consumer as CKConsumer
+
+    lat, ct = _name("lat"), _name("ct")
+    root.coord.client().create_topic(lat, 1, {"message.timestamp.type": "LogAppendTime"})
+    root.coord.client().create_topic(ct, 1)
+    before = int(time.time() * 1000)
+    p = CKProducer({"bootstrap.servers": root.on.bootstrap, "linger.ms": 0})
+    acked: list[Any] = []
+    for name in (lat, ct):
+        p.produce(name, b"v", key=b"k", timestamp=1000,
+                  on_delivery=lambda err, msg: acked.append((err, msg.timestamp())))
+        p.flush(30)
+    (err1, (type1, ts1)), (err2, (type2, ts2)) = acked
+    assert err1 is None and type1 == TIMESTAMP_LOG_APPEND_TIME and ts1 >= before, acked
+    assert err2 is None and (type2, ts2) == (TIMESTAMP_CREATE_TIME, 1000), acked
+    for name, want in ((lat, (TIMESTAMP_LOG_APPEND_TIME, ts1)),
+                       (ct, (TIMESTAMP_CREATE_TIME, 1000))):
+        c = CKConsumer({"bootstrap.servers": root.on.bootstrap, "group.id": _name("g"),
+                        "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([name])
+            msg = None
+            deadline = time.monotonic() + 30
+            while msg is None and time.monotonic() < deadline:
+                msg = c.poll(0.2)
+            assert msg is not None and msg.error() is None, msg
+            assert msg.timestamp() == want
+        finally:
+            c.close()
