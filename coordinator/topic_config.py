@@ -57,6 +57,12 @@ def _list_of(*allowed: str) -> Callable[[str], str | None]:
 
 _BOOL = _one_of("true", "false")
 
+
+def _gzip_level(v: str) -> str | None:
+    """Kafka's GzipCompression level: 1 to 9, or -1 (zlib's default, Kafka's default)."""
+    return None if v.strip() == "-1" else \
+        (None if _long(1, 9)(v) is None else "must be -1 or in [1, 9]")
+
 # Configs whose value is a comma-separated list: IncrementalAlterConfigs' APPEND and
 # SUBTRACT work on these only (Kafka's ConfigDef.Type.LIST)
 LIST_CONFIGS = frozenset({"cleanup.policy"})
@@ -65,8 +71,8 @@ LIST_CONFIGS = frozenset({"cleanup.policy"})
 TOPIC_CONFIGS: dict[str, Callable[[str], str | None]] = {
     "cleanup.policy": _list_of("delete", "compact"),
     "compression.type": _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
-    "compression.gzip.level": _int(1),
-    "compression.lz4.level": _int(1),
+    "compression.gzip.level": _gzip_level,
+    "compression.lz4.level": _long(1, 17),  # Kafka's Lz4Compression MIN_LEVEL..MAX_LEVEL
     "compression.zstd.level": _long(-131072, 22),
     "delete.retention.ms": _long(0),
     "file.delete.delay.ms": _long(0),

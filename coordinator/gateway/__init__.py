@@ -14,6 +14,8 @@ mapped to them), ``backend`` (storage, the coordinator client, caches, thread po
 ``consume`` (Metadata, ListOffsets, Fetch), ``produce`` (InitProducerId, Produce),
 ``flush_window`` (every connection's Produce requests of a window written as one object,
 with one reserve and one confirm),
+``validate`` (what a broker refuses or changes of a produced batch: its size, keyless
+records of compacted topics, LogAppendTime),
 ``groups`` (FindCoordinator, consumer groups, offsets), ``txn`` (transactional producers),
 ``admin`` (Kafka's admin APIs over the coordinator's topic and config operations),
 ``admin_groups`` (the group and transaction admin APIs), ``admin_configs`` (Kafka's topic

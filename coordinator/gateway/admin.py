@@ -12,9 +12,10 @@ can fail the connection: an unexpected failure of one item is UNKNOWN_SERVER_ERR
 
 A coordinator that cannot be reached is NOT_CONTROLLER for the topic operations (Kafka's
 admin clients look the controller up again and retry) and COORDINATOR_NOT_AVAILABLE for
-the group and transaction ones. Topics have no ids (DeleteTopics by id is
-UNKNOWN_TOPIC_ID) and no replicas: storage is the replica, so a replication factor of -1
-or any positive one is accepted and the topic answers as replicated once.
+the group and transaction ones. Topics have Kafka's ids (given at creation, answered by
+CreateTopics and Metadata; DeleteTopics 6 may name a topic by its id) and no replicas:
+storage is the replica, so a replication factor of -1 or any positive one is accepted and
+the topic answers as replicated once.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ log = logging.getLogger("txnlog.gateway.admin")
 
 MAX_ITEMS = 1_000            # topics, resources, groups or transactional ids per request
 DEFAULT_PARTITIONS = 1       # Kafka's num.partitions
+DELETE_RECORDS_WAIT_MS = 30_000
+BROKERS, CONTROLLERS = 1, 2  # DescribeCluster's endpoint types
 ZERO_UUID = uuid.UUID(int=0)
 NO_OPS = -2147483648         # Kafka's "authorized operations not requested"
 TOPIC, BROKER = 2, 4         # DescribeConfigs / AlterConfigs resource types
@@ -114,6 +117,18 @@ def _topic_meta(backend: Backend, name: str) -> topics.TopicMeta | None:
         return None
 
 
+def _name_of_id(backend: Backend, topic_id: uuid.UUID | None) -> str | None:
+    """The name of the topic with this id (each topic's metadata read: DeleteTopics by
+    id is an admin's rare request), None if none has it."""
+    if topic_id is None or topic_id == ZERO_UUID:
+        return None
+    for name in backend.list_topics():
+        meta = _topic_meta(backend, name)
+        if meta is not None and meta.topic_id == str(topic_id):
+            return name
+    return None
+
+
 # ------------------------------------------------------------------------ CreateTopics
 async def create_topics(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     call = _Calls(backend)
@@ -139,6 +154,9 @@ async def create_topics(backend: Backend, req: Any, version: int) -> dict[str, A
                     "name": t.name, "partitions": n, "config": cfg, "exist_ok": False})
                 n, cfg = int(meta["partitions"]), dict(meta["config"])
                 backend.forget_topic(t.name)
+                made = await backend.run(_topic_meta, backend, t.name)
+                if made is not None and made.topic_id:
+                    row["topic_id"] = uuid.UUID(made.topic_id)
             row.update(num_partitions=n, replication_factor=1,
                        configs=[{k: e[k] for k in ("name", "value", "read_only",
                                                    "config_source", "is_sensitive")}
@@ -207,8 +225,10 @@ async def delete_topics(backend: Backend, req: Any, version: int) -> dict[str, A
             if many is not None:
                 raise many
             if name is None:
-                raise _Refused(E.UNKNOWN_TOPIC_ID, f"topic id {topic_id}: txnlog topics have "
-                                                   "no ids; delete topics by name")
+                name = await backend.run(_name_of_id, backend, topic_id)
+                row["name"] = name
+                if name is None:
+                    raise _Refused(E.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
             if name in dupes:
                 raise _Refused(E.INVALID_REQUEST, f"topic {name!r} is named more than once")
             await call("delete_topic", {"name": name})
@@ -258,7 +278,11 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
     starts are logged together); if it fails, each is tried alone so the error lands on
     the partition that caused it."""
     call = _Calls(backend)
-    timeout_ms = min(max(ms(req.timeout), 0), 120_000)  # a held call holds a thread
+    # Kafka's timeout is how long to wait for the followers; storage is the replica, so
+    # the one step to wait for is the publication of the new log start, which is always
+    # waited for (at least DELETE_RECORDS_WAIT_MS): timeout_ms=0 applies, as on a broker
+    # without followers (a held call holds a thread: at most 120 s)
+    timeout_ms = min(max(ms(req.timeout), DELETE_RECORDS_WAIT_MS), 120_000)
     wanted = [(t.name, p.partition_index, p.offset) for t in req.topics for p in t.partitions]
     results: dict[tuple[str, int], tuple[int, int]] = {}  # (low watermark, error code)
     many = len(wanted) > 10 * MAX_ITEMS
@@ -303,6 +327,27 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
             for p in t.partitions]} for t in req.topics]}
 
 
+# --------------------------------------------------------------------- DescribeCluster
+async def describe_cluster(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    """This gateway as the cluster's one broker and controller (as Metadata answers it);
+    asked for controllers (v1 ``endpoint_type`` 2), MISMATCHED_ENDPOINT_TYPE, as a
+    broker answers."""
+    cfg = backend.config
+    out: dict[str, Any] = {"throttle_time": 0, "error_code": 0, "error_message": None,
+                           "endpoint_type": BROKERS, "cluster_id": cfg.cluster_id,
+                           "controller_id": cfg.node_id, "brokers": [],
+                           "cluster_authorized_operations": E.authorized_operations(
+                               "cluster", bool(req.include_cluster_authorized_operations))}
+    if int(getattr(req, "endpoint_type", BROKERS)) != BROKERS:
+        out.update(error_code=E.MISMATCHED_ENDPOINT_TYPE,
+                   error_message="the gateway answers for brokers (endpoint type 1)",
+                   endpoint_type=int(req.endpoint_type))
+        return out
+    out["brokers"] = [{"broker_id": cfg.node_id, "host": cfg.advertised_host,
+                       "port": cfg.advertised_port, "rack": None, "is_fenced": False}]
+    return out
+
+
 # --------------------------------------------------------------------- DescribeConfigs
 async def describe_configs(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     synonyms = bool(getattr(req, "include_synonyms", False))
@@ -326,7 +371,8 @@ async def describe_configs(backend: Backend, req: Any, version: int) -> dict[str
                 _check_broker(backend, r.resource_name)
                 cfg = backend.config
                 row["configs"] = C.broker_entries(
-                    cfg.node_id, f"{cfg.advertised_host}:{cfg.advertised_port}", keys)
+                    cfg.node_id, f"{cfg.advertised_host}:{cfg.advertised_port}", keys,
+                    cfg.auto_create_topics, cfg.num_partitions)
             else:
                 raise _Refused(E.INVALID_REQUEST, f"resource type {r.resource_type} is not "
                                                   "served (topics and brokers are)")
@@ -414,4 +460,5 @@ async def _alter_topic(call: _Calls, r: Any, incremental: bool, validate_only: b
 
 
 __all__ = ["alter_configs", "create_partitions", "create_topics", "delete_records",
-           "delete_topics", "describe_configs", "incremental_alter_configs"]
+           "delete_topics", "describe_cluster", "describe_configs",
+           "incremental_alter_configs"]

@@ -81,17 +81,22 @@ def topic_entries(config: dict[str, str], keys: list[str] | None, synonyms: bool
     return out
 
 
-def broker_entries(node_id: int, advertised: str, keys: list[str] | None
+def broker_entries(node_id: int, advertised: str, keys: list[str] | None,
+                   auto_create: bool = True, num_partitions: int | None = None
                    ) -> list[dict[str, object]]:
     """DescribeConfigs' entries of a gateway as a broker: what it answers as (read-only:
-    a gateway has no dynamic broker configs) and the broker defaults topics fall back to."""
+    a gateway has no dynamic broker configs) and the broker defaults topics fall back to.
+    ``auto_create``/``num_partitions``: the gateway's own flags (None: the coordinator's
+    num.partitions, 1 unless it was started with another)."""
     values: dict[str, tuple[str, int, int]] = {
         "node.id": (str(node_id), INT, SOURCE_STATIC_BROKER),
         "broker.id": (str(node_id), INT, SOURCE_STATIC_BROKER),
         "advertised.listeners": (advertised, LIST, SOURCE_STATIC_BROKER),
-        "num.partitions": ("1", INT, SOURCE_DEFAULT),
+        "num.partitions": ("1", INT, SOURCE_DEFAULT) if num_partitions is None else
+        (str(num_partitions), INT, SOURCE_STATIC_BROKER),
         "default.replication.factor": ("1", INT, SOURCE_DEFAULT),
-        "auto.create.topics.enable": ("false", BOOLEAN, SOURCE_STATIC_BROKER),
+        "auto.create.topics.enable": ("true", BOOLEAN, SOURCE_DEFAULT) if auto_create else
+        ("false", BOOLEAN, SOURCE_STATIC_BROKER),
         "delete.topic.enable": ("true", BOOLEAN, SOURCE_DEFAULT),
     }
     for default, kind, broker in TOPIC_CONFIG_INFO.values():

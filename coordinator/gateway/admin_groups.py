@@ -16,7 +16,7 @@ from typing import Any
 
 from ..wire import unb64
 from . import errors as E
-from .admin import MAX_ITEMS, NO_OPS, _answer, _call, _Calls, _Refused, _too_many
+from .admin import MAX_ITEMS, _answer, _call, _Calls, _Refused, _too_many
 from .backend import Backend
 
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
@@ -45,7 +45,7 @@ async def _group_view(call: _Calls, group: str, listed: dict[str, Any]
     ``listed`` caches ListGroups' rows for the request."""
     live = await call("describe_group", {"group_id": group})
     if "rows" not in listed:
-        listed["rows"] = {g["group_id"] for g in (await call("list_groups", {}))["groups"]}
+        listed["rows"] = {g["group_id"]: g for g in (await call("list_groups", {}))["groups"]}
     return live, group in listed["rows"]
 
 
@@ -58,7 +58,9 @@ async def describe_groups(backend: Backend, req: Any, version: int) -> dict[str,
         row: dict[str, Any] = {"error_code": 0, "error_message": None, "group_id": group,
                                "group_state": "Dead", "protocol_type": "",
                                "protocol_data": "", "members": [],
-                               "authorized_operations": NO_OPS}
+                               "authorized_operations": E.authorized_operations(
+                                   "group", bool(getattr(
+                                       req, "include_authorized_operations", False)))}
         try:
             if many is not None:
                 raise many
@@ -70,7 +72,8 @@ async def describe_groups(backend: Backend, req: Any, version: int) -> dict[str,
                 row.update(group_state=live["state"],
                            protocol_type=live.get("protocol_type") or "",
                            protocol_data=(live.get("protocol_name") or "") if stable else "",
-                           members=[{"member_id": m["member_id"], "group_instance_id": None,
+                           members=[{"member_id": m["member_id"],
+                                     "group_instance_id": m.get("group_instance_id"),
                                      "client_id": m.get("client_id") or "",
                                      "client_host": m.get("client_host") or "",
                                      "member_metadata": unb64(m.get("metadata") or ""),
@@ -79,6 +82,7 @@ async def describe_groups(backend: Backend, req: Any, version: int) -> dict[str,
                                     for m in live["members"]])
             elif has_offsets:
                 row["group_state"] = "Empty"
+                row["protocol_type"] = listed["rows"][group].get("protocol_type") or ""
             elif version >= 6:  # KIP-1043: a group that does not exist is an error
                 raise _Refused(E.GROUP_ID_NOT_FOUND, f"group {group!r} not found")
         except Exception as exc:

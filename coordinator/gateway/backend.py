@@ -28,7 +28,7 @@ from txnlog.log_format.stable import StableSnapshot, read_latest_stable
 from txnlog.log_format.storage import Storage
 
 from ..client.coordinator_client import CoordinatorClient
-from ..errors import NotCoordinatorError
+from ..errors import NotCoordinatorError, UnknownTopicOrPartitionError
 from ..security import Credentials
 from .flush_window import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_FLUSH_MAX_BYTES, FlushWindow
 
@@ -56,6 +56,11 @@ class GatewayConfig:
     # Produce requests collected into one object (flush_window), or until this many bytes
     flush_interval_ms: int = DEFAULT_FLUSH_INTERVAL_MS
     flush_max_bytes: int = DEFAULT_FLUSH_MAX_BYTES
+    # Kafka's auto.create.topics.enable and num.partitions: a Metadata that allows it (or a
+    # Produce) naming an unknown topic creates it with default configs, where both this
+    # gateway and the coordinator allow it; num_partitions None: the coordinator's
+    auto_create_topics: bool = True
+    num_partitions: int | None = None
 
 
 class Backend:
@@ -68,10 +73,11 @@ class Backend:
         self.waits = ThreadPoolExecutor(config.wait_threads, thread_name_prefix="gw-wait")
         self._client: CoordinatorClient | None = None
         self._client_lock = threading.Lock()
-        self._topics: dict[str, tuple[float, int | None]] = {}
+        self._topics: dict[str, tuple[float, topics.TopicMeta | None]] = {}
         self._snapshot: StableSnapshot | None = None
         self._snapshot_at = 0.0
         self._snapshot_lock = threading.Lock()
+        self._written_at = 0.0  # when this gateway last acknowledged a write (monotonic)
         self._readers: dict[tuple[str, int, str], tuple[threading.Lock, PartitionReader]] = {}
         self._readers_lock = threading.Lock()
         self.flush_window = FlushWindow(self.run, lambda op, body: self.client.call(op, body),
@@ -120,20 +126,61 @@ class Backend:
         return c
 
     # ---- topics ----------------------------------------------------------------------
-    def partitions(self, topic: str) -> int | None:
-        """The topic's partition count, None if it does not exist (cached briefly)."""
+    def topic_meta(self, topic: str) -> topics.TopicMeta | None:
+        """The topic's metadata (partitions, configs, id, creation time), None if it does
+        not exist (cached briefly)."""
         now = time.monotonic()
         hit = self._topics.get(topic)
         if hit is not None:
-            at, n = hit
-            if now - at < (TOPIC_TTL_S if n is not None else UNKNOWN_TOPIC_TTL_S):
-                return n
+            at, meta = hit
+            if now - at < (TOPIC_TTL_S if meta is not None else UNKNOWN_TOPIC_TTL_S):
+                return meta
         try:
             layout.validate_topic(topic)
-            n = topics.read_topic(self.storage, topic).partitions
+            meta = topics.read_topic(self.storage, topic)
         except (topics.UnknownTopicError, ValueError):
-            n = None
-        self._topics[topic] = (now, n)
+            meta = None
+        self._topics[topic] = (now, meta)
+        return meta
+
+    def partitions(self, topic: str) -> int | None:
+        """The topic's partition count, None if it does not exist (cached briefly)."""
+        meta = self.topic_meta(topic)
+        return None if meta is None else meta.partitions
+
+    def may_auto_create(self, topic: str) -> bool:
+        """Whether an unknown ``topic`` may be created on a client's use: this gateway's
+        ``auto.create.topics.enable``, a valid name, and not an internal (``__``) name,
+        whose topics the coordinator creates with their own shapes."""
+        if not self.config.auto_create_topics or topic.startswith("__"):
+            return False
+        try:
+            layout.validate_topic(topic)
+        except ValueError:
+            return False
+        return True
+
+    def auto_create(self, topic: str) -> int | None:
+        """Create ``topic`` as Kafka's auto-creation does (``num.partitions``, default
+        configs) through the coordinator, which decides whether its root allows it and
+        creates each name once (put-if-absent, one topic id): of two gateways creating it
+        at once, both get the one topic. Answers its partition count (an existing topic's
+        own), None where the coordinator does not auto-create. Blocks: run it on
+        ``waits``."""
+        try:
+            meta = self.client.call("auto_create_topic", {
+                "name": topic, "partitions": self.config.num_partitions})
+        except UnknownTopicOrPartitionError:
+            return None
+        self.forget_topic(topic)
+        return int(meta["partitions"])
+
+    async def topic_partitions(self, topic: str, create: bool = False) -> int | None:
+        """The topic's partition count; with ``create``, an unknown topic is auto-created
+        where ``may_auto_create`` allows (a failure to create raises)."""
+        n = await self.run(self.partitions, topic)
+        if n is None and create and self.may_auto_create(topic):
+            n = await self.wait(self.auto_create, topic)
         return n
 
     def forget_topic(self, topic: str) -> None:
@@ -146,13 +193,22 @@ class Backend:
 
     # ---- what readers trust ----------------------------------------------------------
     def snapshot(self, max_age_s: float = STABLE_MIN_AGE_S) -> StableSnapshot | None:
-        """The newest published stable state, read again once older than ``max_age_s``."""
+        """The newest published stable state, read again once older than ``max_age_s``, or
+        when this gateway acknowledged a write since it was read (read-your-writes: the
+        write was published before its ack, so a ListOffsets or Fetch after the ack sees
+        it, as from the partition's leader)."""
         with self._snapshot_lock:
             now = time.monotonic()
-            if self._snapshot is None or now - self._snapshot_at >= max_age_s:
+            if self._snapshot is None or now - self._snapshot_at >= max_age_s \
+                    or self._snapshot_at <= self._written_at:
                 self._snapshot = read_latest_stable(self.storage, not_below=self._snapshot)
                 self._snapshot_at = now
             return self._snapshot
+
+    def mark_written(self) -> None:
+        """A write was acknowledged (published in the stable state before that): the next
+        ``snapshot`` is read again, not taken from the cache."""
+        self._written_at = time.monotonic()
 
     def reader(self, topic: str, partition: int, isolation: str
                ) -> tuple[threading.Lock, PartitionReader]:

@@ -11,8 +11,11 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
+MESSAGE_TOO_LARGE = 10
 REQUEST_TIMED_OUT = 7
+OFFSET_METADATA_TOO_LARGE = 12
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
@@ -34,6 +37,7 @@ INVALID_CONFIG = 40
 NOT_CONTROLLER = 41
 INVALID_REQUEST = 42
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 KAFKA_STORAGE_ERROR = 56
@@ -41,11 +45,48 @@ SASL_AUTHENTICATION_FAILED = 58
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 INVALID_RECORD = 87
 UNKNOWN_TOPIC_ID = 100
+PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
+MISMATCHED_ENDPOINT_TYPE = 114
 UNKNOWN_SERVER_ERROR = -1
+
+NOT_REQUESTED = -2147483648  # Kafka's "authorized operations not requested"
+# Kafka's AclOperation codes a resource type supports (AclEntry.supportedOperations): with
+# no authorizer (this gateway has one token for all), every one is authorized
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+SUPPORTED_OPERATIONS = {
+    "cluster": (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
+                _IDEMPOTENT_WRITE, _ALTER, _DESCRIBE),
+    "topic": (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS,
+              _ALTER_CONFIGS),
+    "group": (_READ, _DESCRIBE, _DELETE),
+}
+
+
+def authorized_operations(resource: str, requested: bool) -> int:
+    """Kafka's authorized-operations bit field of a resource, as a broker without an
+    authorizer answers it (every operation the resource type supports), or
+    NOT_REQUESTED when the request did not ask."""
+    if not requested:
+        return NOT_REQUESTED
+    return sum(1 << op for op in SUPPORTED_OPERATIONS[resource])
+
+
+def fenced_as(code: int, version: int, first: int | None) -> int:
+    """PRODUCER_FENCED as Kafka's KafkaApis answers it: to request versions from ``first``
+    on (InitProducerId 4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn 2); older ones,
+    whose clients do not know it, get INVALID_PRODUCER_EPOCH. A Produce always gets
+    INVALID_PRODUCER_EPOCH (``first`` None): since Kafka 2.7 a fenced produce is not
+    fatal for the producer, which aborts its transaction and goes on."""
+    if code == PRODUCER_FENCED and (first is None or version < first):
+        return INVALID_PRODUCER_EPOCH
+    return code
 
 
 def code_of(exc: BaseException) -> int:

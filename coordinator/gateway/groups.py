@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from txnlog.log_format.layout import TopicPartition
-
 from ..wire import b64, unb64
 from . import errors as E
 from .backend import Backend
@@ -47,6 +45,7 @@ async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]
             "rebalance_timeout_ms": rebalance_ms or DEFAULT_REBALANCE_MS,
             "protocol_type": req.protocol_type,
             "require_known_member_id": version >= 4,
+            "group_instance_id": getattr(req, "group_instance_id", None),
             "protocols": [{"name": p.name, "metadata": b64(p.metadata)}
                           for p in req.protocols]}
     try:
@@ -56,7 +55,8 @@ async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]
         return {"throttle_time": 0, "error_code": _unavailable(exc), "generation_id": -1,
                 "protocol_type": None, "protocol_name": None, "leader": "",
                 "member_id": req.member_id or "", "members": []}
-    r["members"] = [{"member_id": m["member_id"], "group_instance_id": None,
+    r["members"] = [{"member_id": m["member_id"],
+                     "group_instance_id": m.get("group_instance_id"),
                      "metadata": unb64(m["metadata"])} for m in r["members"]]
     if version < 7 and r.get("protocol_name") is None:
         r["protocol_name"] = ""
@@ -66,6 +66,7 @@ async def join_group(backend: Backend, req: Any, version: int) -> dict[str, Any]
 async def sync_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     body = {"group_id": req.group_id, "member_id": req.member_id,
             "generation_id": req.generation_id,
+            "group_instance_id": getattr(req, "group_instance_id", None),
             "assignments": [{"member_id": a.member_id, "assignment": b64(a.assignment)}
                             for a in req.assignments]}
     try:
@@ -83,7 +84,8 @@ async def heartbeat(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     try:
         r = await backend.run(backend.client.call, "group_heartbeat", {
             "group_id": req.group_id, "member_id": req.member_id,
-            "generation_id": req.generation_id})
+            "generation_id": req.generation_id,
+            "group_instance_id": getattr(req, "group_instance_id", None)})
         code = r["error_code"]
     except Exception as exc:
         code = _unavailable(exc)
@@ -91,55 +93,101 @@ async def heartbeat(backend: Backend, req: Any, version: int) -> dict[str, Any]:
 
 
 async def leave_group(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    ids = [m.member_id for m in req.members] if version >= 3 else [req.member_id]
+    members_in = [{"member_id": m.member_id or "",
+                   "group_instance_id": getattr(m, "group_instance_id", None)}
+                  for m in req.members] if version >= 3 else \
+        [{"member_id": req.member_id, "group_instance_id": None}]
     try:
         r = await backend.run(backend.client.call, "leave_group",
-                              {"group_id": req.group_id, "member_ids": ids})
+                              {"group_id": req.group_id, "members": members_in})
     except Exception as exc:
         return {"throttle_time": 0, "error_code": _unavailable(exc), "members": []}
-    members = [{"member_id": m["member_id"], "group_instance_id": None,
+    members = [{"member_id": m["member_id"],
+                "group_instance_id": m.get("group_instance_id"),
                 "error_code": m["error_code"]} for m in r["members"]]
     code = members[0]["error_code"] if version < 3 and members else 0
     return {"throttle_time": 0, "error_code": code, "members": members}
 
 
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+
+async def offset_checks(backend: Backend, topics: Any) -> tuple[list[dict[str, Any]],
+                                                                 dict[tuple[str, int], int]]:
+    """The offsets of an OffsetCommit or TxnOffsetCommit request as the coordinator takes
+    them (commit metadata and leader epoch included), and the error of each partition
+    refused before that, as Kafka's broker refuses them: a topic or partition that does
+    not exist is UNKNOWN_TOPIC_OR_PARTITION, metadata over ``offset.metadata.max.bytes``
+    OFFSET_METADATA_TOO_LARGE, a negative offset INVALID_REQUEST (txnlog keeps no
+    "unknown offset" commits)."""
+    offsets: list[dict[str, Any]] = []
+    refused: dict[tuple[str, int], int] = {}
+    for t in topics:
+        n = await backend.run(backend.partitions, t.name)
+        for p in t.partitions:
+            metadata = p.committed_metadata or ""
+            if n is None or not 0 <= p.partition_index < n:
+                refused[(t.name, p.partition_index)] = E.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                refused[(t.name, p.partition_index)] = E.OFFSET_METADATA_TOO_LARGE
+            elif p.committed_offset < 0:
+                refused[(t.name, p.partition_index)] = E.INVALID_REQUEST
+            else:
+                offsets.append({"topic": t.name, "partition": p.partition_index,
+                                "offset": p.committed_offset, "metadata": metadata,
+                                "leader_epoch": int(getattr(p, "committed_leader_epoch", -1))})
+    return offsets, refused
+
+
+def offset_answer(topics: Any, refused: dict[tuple[str, int], int], code: int
+                  ) -> list[dict[str, Any]]:
+    """Each partition's code: its own refusal, else the commit's."""
+    return [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index,
+         "error_code": refused.get((t.name, p.partition_index), code)}
+        for p in t.partitions]} for t in topics]
+
+
 async def offset_commit(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    offsets = [{"topic": t.name, "partition": p.partition_index,
-                "offset": p.committed_offset, "metadata": p.committed_metadata or ""}
-               for t in req.topics for p in t.partitions]
+    offsets, refused = await offset_checks(backend, req.topics)
     generation = getattr(req, "generation_id_or_member_epoch",
                          getattr(req, "generation_id", -1))
     code = 0
-    if any(o["offset"] < 0 for o in offsets):
-        code = E.INVALID_REQUEST
-    elif offsets:
+    if offsets:
         try:
             r = await backend.run(backend.client.call, "commit_offsets", {
                 "group_id": req.group_id, "member_id": req.member_id or "",
-                "generation_id": generation, "offsets": offsets})
+                "generation_id": generation, "offsets": offsets,
+                "group_instance_id": getattr(req, "group_instance_id", None)})
             code = r["error_code"]
         except Exception as exc:
             code = _unavailable(exc)
-    return {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                         "error_code": code} for p in t.partitions]}
-        for t in req.topics]}
+    return {"throttle_time": 0, "topics": offset_answer(req.topics, refused, code)}
 
 
 async def offset_fetch(backend: Backend, req: Any, version: int) -> dict[str, Any]:
     try:
-        committed = await backend.run(backend.client.committed_offsets, req.group_id)
-        code = 0
+        r = await backend.run(backend.client.call, "committed_offsets",
+                              {"group_id": req.group_id})
+        committed, extra, code = r["offsets"], r.get("metadata") or {}, 0
     except Exception as exc:
-        committed, code = {}, _unavailable(exc)
+        committed, extra, code = {}, {}, _unavailable(exc)
     if req.topics is None:
         wanted: dict[str, list[int]] = {}
-        for tp in sorted(committed):
-            wanted.setdefault(tp.topic, []).append(tp.partition)
+        for key in sorted(committed, key=lambda k: (k.rpartition("-")[0],
+                                                    int(k.rpartition("-")[2]))):
+            topic, _, p = key.rpartition("-")
+            wanted.setdefault(topic, []).append(int(p))
     else:
         wanted = {t.name: list(t.partition_indexes) for t in req.topics}
-    topics = [{"name": name, "partitions": [
-        {"partition_index": p, "committed_offset": committed.get(TopicPartition(name, p), -1),
-         "committed_leader_epoch": -1, "metadata": "", "error_code": code}
-        for p in parts]} for name, parts in wanted.items()]
+    topics = []
+    for name, parts in wanted.items():
+        rows = []
+        for p in parts:
+            key = f"{name}-{p}"
+            metadata, epoch = (extra.get(key) or ["", -1])[:2]
+            rows.append({"partition_index": p, "committed_offset": committed.get(key, -1),
+                         "committed_leader_epoch": epoch, "metadata": metadata,
+                         "error_code": code})
+        topics.append({"name": name, "partitions": rows})
     return {"throttle_time": 0, "topics": topics, "error_code": code}

@@ -37,6 +37,7 @@ from txnlog.log_format.layout import TopicPartition
 
 from ..errors import CoordinatorError
 from . import errors as E
+from . import validate
 from .backend import Backend
 from .codec import ms
 from .flush_window import WindowBatch, WindowEntry
@@ -78,6 +79,7 @@ async def init_producer_id(backend: Backend, req: Any, version: int) -> dict[str
         code = E.code_of(exc)
         if code == E.NOT_COORDINATOR and tid is None:
             code = E.COORDINATOR_NOT_AVAILABLE
+        code = E.fenced_as(code, version, 4)
         return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
     return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
 
@@ -95,6 +97,8 @@ class _Batch:
     error: int = 0
     message: str | None = None
     base_offset: int = -1
+    record_errors: list[dict[str, Any]] = field(default_factory=list)
+    log_append_time: int | None = None
 
 
 def _parse(topic: str, partition: int, records: bytes | None) -> _Batch:
@@ -165,9 +169,14 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
             for p in t.partition_data:
                 b = _parse(t.name, p.index, p.records)
                 if b.error == 0:
-                    n = await backend.run(backend.partitions, t.name)
-                    if n is None or not 0 <= p.index < n:
-                        b.error, b.message = E.UNKNOWN_TOPIC_OR_PARTITION, None
+                    b.error, b.message = await _known(backend, t.name, p.index)
+                if b.error == 0:  # what Kafka's LogValidator refuses (keyless, compact)
+                    refused = await validate.refusal(backend, t.name, p.index, b.data)
+                    if refused is not None:
+                        b.error, b.message, b.record_errors = refused
+                    else:
+                        b.log_append_time = await backend.run(validate.log_append_time,
+                                                              backend, t.name, b.data)
                 batches.append(b)
         groups: dict[tuple[int, int], list[_Batch]] = {}
         for b in batches:
@@ -211,17 +220,33 @@ async def produce(backend: Backend, req: Any, version: int, conn: Connection
         if gprod is not None and any(w.error for w in entry.batches) \
                 and conn.producer is gprod:
             conn.producer = None  # its sequences are in doubt: a new id next time
+    if any(b.error == 0 and not b.transactional for b in batches):
+        backend.mark_written()  # read-your-writes (Backend.snapshot)
     if req.acks == 0:
         return None
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for b in batches:
         by_topic.setdefault(b.topic, []).append({
-            "index": b.partition, "error_code": b.error,
+            "index": b.partition, "error_code": E.fenced_as(b.error, version, None),
             "base_offset": b.base_offset if b.error == 0 else -1,
-            "log_append_time": None, "log_start_offset": -1, "record_errors": (),
+            "log_append_time": b.log_append_time if b.error == 0 else None,
+            "log_start_offset": -1,
+            "record_errors": b.record_errors,
             "error_message": b.message})
     return {"throttle_time": 0, "responses": [
         {"name": t, "partition_responses": ps} for t, ps in by_topic.items()]}
+
+
+async def _known(backend: Backend, topic: str, partition: int) -> tuple[int, str | None]:
+    """(0, None) if the partition exists, auto-creating an unknown topic where the gateway
+    allows it; else the code a broker answers (retriable if creating it failed)."""
+    try:
+        n = await backend.topic_partitions(topic, create=True)
+    except Exception as exc:
+        return E.LEADER_NOT_AVAILABLE, f"topic {topic!r} could not be created: {exc}"[:500]
+    if n is None or not 0 <= partition < n:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, None
+    return 0, None
 
 
 class _BatchError(Exception):

@@ -68,6 +68,7 @@ HANDLERS: dict[int, Handler] = {
     V.DESCRIBE_PRODUCERS: admin_groups.describe_producers,
     V.DESCRIBE_TRANSACTIONS: admin_groups.describe_transactions,
     V.LIST_TRANSACTIONS: admin_groups.list_transactions,
+    V.DESCRIBE_CLUSTER: admin.describe_cluster,
 }
 
 
@@ -287,6 +288,23 @@ def _host_port(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return low == "true"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", required=True, help="storage root URL")
     parser.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9092),
@@ -313,6 +331,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush-max-bytes", type=int, default=DEFAULT_FLUSH_MAX_BYTES,
                         help="flush a window early once this many bytes wait "
                              "(default %(default)s)")
+    parser.add_argument("--auto-create-topics-enable", type=_bool, default=True,
+                        metavar="true|false", dest="auto_create_topics",
+                        help="Kafka's auto.create.topics.enable: a Metadata request that "
+                             "allows it, or a Produce, naming an unknown topic creates it "
+                             "(default: true; the coordinator's own setting must allow it "
+                             "too)")
+    parser.add_argument("--no-auto-create-topics", action="store_false",
+                        dest="auto_create_topics",
+                        help="the same as --auto-create-topics-enable false")
+    parser.add_argument("--num-partitions", type=_positive_int, default=None,
+                        help="Kafka's num.partitions: partitions of an auto-created topic "
+                             "(default: the coordinator's --num-partitions, 1 by default)")
     parser.add_argument("--port-file", default=None,
                         help="write the bound port here once listening (tests)")
     parser.add_argument("--log-level", default="INFO")
@@ -344,7 +374,9 @@ def run(args: argparse.Namespace) -> int:
                            storage_options=options or None, coordinator=args.coordinator,
                            credentials=Credentials.resolve(token, args.coordinator_ca),
                            sasl_token=token, flush_interval_ms=args.flush_interval_ms,
-                           flush_max_bytes=args.flush_max_bytes)
+                           flush_max_bytes=args.flush_max_bytes,
+                           auto_create_topics=args.auto_create_topics,
+                           num_partitions=args.num_partitions)
 
     async def main() -> None:
         from txnlog.log_format.arrow.warmup import warm_up

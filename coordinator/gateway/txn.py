@@ -19,6 +19,7 @@ from typing import Any
 from . import errors as E
 from .backend import Backend
 from .codec import ms
+from .groups import offset_answer, offset_checks
 
 
 def _code(exc: BaseException) -> int:
@@ -45,7 +46,7 @@ async def add_partitions_to_txn(backend: Backend, req: Any, version: int) -> dic
             "transactional_id": tid, "producer_id": pid, "epoch": epoch})
         code = 0
     except Exception as exc:
-        code = _code(exc)
+        code = E.fenced_as(_code(exc), version, 2)
     results = []
     for t in topics:
         n = await backend.run(backend.partitions, t.name) if code == 0 else None
@@ -70,28 +71,21 @@ async def add_offsets_to_txn(backend: Backend, req: Any, version: int) -> dict[s
             "epoch": req.producer_epoch})
         code = 0
     except Exception as exc:
-        code = _code(exc)
+        code = E.fenced_as(_code(exc), version, 2)
     return {"throttle_time": 0, "error_code": code}
 
 
 async def txn_offset_commit(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    offsets = [{"topic": t.name, "partition": p.partition_index,
-                "offset": p.committed_offset, "metadata": p.committed_metadata or ""}
-               for t in req.topics for p in t.partitions]
+    offsets, refused = await offset_checks(backend, req.topics)
     code = 0
-    if any(o["offset"] < 0 for o in offsets):
-        code = E.INVALID_REQUEST
-    elif offsets:
+    if offsets:
         try:
             await backend.run(backend.client.call, "kafka_add_offsets", {
                 "transactional_id": req.transactional_id, "producer_id": req.producer_id,
                 "epoch": req.producer_epoch, "group_id": req.group_id, "offsets": offsets})
         except Exception as exc:
             code = _code(exc)
-    return {"throttle_time": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                         "error_code": code} for p in t.partitions]}
-        for t in req.topics]}
+    return {"throttle_time": 0, "topics": offset_answer(req.topics, refused, code)}
 
 
 async def end_txn(backend: Backend, req: Any, version: int) -> dict[str, Any]:
@@ -100,8 +94,9 @@ async def end_txn(backend: Backend, req: Any, version: int) -> dict[str, Any]:
             "transactional_id": req.transactional_id, "producer_id": req.producer_id,
             "epoch": req.producer_epoch, "commit": bool(req.committed)})
         code = 0
+        backend.mark_written()  # the outcome is published: read-your-writes
     except Exception as exc:
-        code = _code(exc)
+        code = E.fenced_as(_code(exc), version, 2)
     return {"throttle_time": 0, "error_code": code}
 
 

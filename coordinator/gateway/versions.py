@@ -44,6 +44,7 @@ OFFSET_DELETE = 47
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+DESCRIBE_CLUSTER = 60
 
 WANTED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
@@ -80,6 +81,7 @@ WANTED: dict[int, tuple[int, int]] = {
     DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),  # v2's id regex would run a client's pattern (ReDoS)
+    DESCRIBE_CLUSTER: (0, 1),
 }
 
 

@@ -17,6 +17,15 @@ member's subscription) → Stable (the leader's SyncGroup hands out the assignme
 JoinGroup or SyncGroup that must wait for the others is answered when the step completes,
 so the HTTP call is held (the gateway calls with a timeout above the rebalance timeout).
 
+Static membership (KIP-345): a member joining with a ``group_instance_id`` is the same
+member across restarts. It joins without MEMBER_ID_REQUIRED; joining again with no member
+id (a restarted instance) replaces its old member id with a new one, without a rebalance
+when the group is Stable and its protocols are unchanged (the answer names the old
+leader, so a restarted leader does not assign again; it gets its old assignment from
+SyncGroup); a request whose member id is not the instance's current one is
+FENCED_INSTANCE_ID (an older copy of the instance); LeaveGroup may name a member by its
+instance id alone. Static members leave by their session timing out, as in Kafka.
+
 Answers carry a Kafka ``error_code`` rather than an HTTP error, because some of them carry
 data with the error (MEMBER_ID_REQUIRED hands out the member id to join with).
 """
@@ -42,6 +51,7 @@ UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
 
 MIN_SESSION_TIMEOUT_MS = 1_000      # Kafka's group.min.session.timeout.ms is 6 s; tests use less
 MAX_SESSION_TIMEOUT_MS = 1_800_000  # group.max.session.timeout.ms
@@ -63,6 +73,7 @@ class Member:
     last_seen: float = field(default_factory=time.monotonic)
     assignment: str = ""
     client_host: str = ""  # the address the member's gateway saw (DescribeGroups)
+    instance_id: str | None = None  # group.instance.id of a static member (KIP-345)
     join: asyncio.Future[dict[str, Any]] | None = None
     sync: asyncio.Future[dict[str, Any]] | None = None
 
@@ -77,6 +88,7 @@ class Group:
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
     pending: dict[str, float] = field(default_factory=dict)  # ids handed out, not joined yet
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_deadline: float = 0.0
 
 
@@ -108,12 +120,18 @@ class GroupMembership:
         protocols = [(p["name"], p["metadata"]) for p in b["protocols"]]
         if not MIN_SESSION_TIMEOUT_MS <= session <= MAX_SESSION_TIMEOUT_MS:
             return _join_error(INVALID_SESSION_TIMEOUT, member_id)
+        instance = b.get("group_instance_id") or None
+        known = g.static.get(instance) if instance else None
         if not protocols or (g.members and b["protocol_type"] != g.protocol_type) or \
-                not self._common_protocol(g, protocols, member_id):
+                not self._common_protocol(g, protocols, known or member_id):
             return _join_error(INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if instance and member_id and known is not None and member_id != known:
+            return _join_error(FENCED_INSTANCE_ID, member_id)
         if not member_id:
+            if known is not None and known in g.members:
+                return await self._rejoin_static(g, g.members[known], b, protocols)
             member_id = f"{b.get('client_id') or 'member'}-{uuid.uuid4()}"
-            if b.get("require_known_member_id"):
+            if b.get("require_known_member_id") and not instance:
                 g.pending[member_id] = time.monotonic() + session / 1000
                 return _join_error(MEMBER_ID_REQUIRED, member_id)
         elif member_id not in g.members and member_id not in g.pending:
@@ -123,7 +141,10 @@ class GroupMembership:
         if m is None:
             m = g.members[member_id] = Member(member_id, b.get("client_id") or "", session,
                                               rebalance, b["protocol_type"], protocols,
-                                              client_host=b.get("client_host") or "")
+                                              client_host=b.get("client_host") or "",
+                                              instance_id=instance)
+            if instance:
+                g.static[instance] = member_id
         else:
             m.session_timeout_ms, m.rebalance_timeout_ms = session, rebalance
             m.protocols = protocols
@@ -141,6 +162,50 @@ class GroupMembership:
         self._prepare(g)
         self._maybe_complete_join(g)
         return await m.join
+
+    async def _rejoin_static(self, g: Group, old: Member, b: dict[str, Any],
+                             protocols: list[tuple[str, str]]) -> dict[str, Any]:
+        """A static member joining again without a member id (its instance restarted):
+        Kafka's ``updateStaticMemberAndRebalance``. The member gets a new id (its old id's
+        waiting calls and later requests are FENCED_INSTANCE_ID / UNKNOWN_MEMBER_ID), keeps
+        its assignment, and a Stable group whose protocol it does not change does not
+        rebalance."""
+        new_id = f"{b.get('client_id') or 'member'}-{uuid.uuid4()}"
+        for fut in (old.join, old.sync):
+            if fut is not None and not fut.done():
+                fut.set_result({**_join_error(FENCED_INSTANCE_ID, old.member_id),
+                                "assignment": ""})
+        leader = g.leader
+        members = {(new_id if k == old.member_id else k): v for k, v in g.members.items()}
+        g.members = members
+        old.member_id, old.join, old.sync = new_id, None, None
+        old.session_timeout_ms = b["session_timeout_ms"]
+        old.rebalance_timeout_ms = b["rebalance_timeout_ms"]
+        old.client_id, old.client_host = b.get("client_id") or "", b.get("client_host") or ""
+        old.last_seen = time.monotonic()
+        assert old.instance_id is not None
+        g.static[old.instance_id] = new_id
+        if leader is not None and leader not in members:
+            g.leader = new_id  # the restarted member led the group, and still does
+        same = self._same_metadata(g, old, protocols)
+        old.protocols = protocols
+        if g.state == STABLE and same:
+            return {**self._join_answer(g, old), "members": [], "leader": leader or ""}
+        old.join = asyncio.get_running_loop().create_future()
+        self._prepare(g)
+        self._maybe_complete_join(g)
+        return await old.join
+
+    def _fenced(self, g: Group, b: dict[str, Any]) -> int:
+        """FENCED_INSTANCE_ID where a request names a static member's instance with a
+        member id that is not the instance's current one; else 0."""
+        instance = b.get("group_instance_id") or None
+        if instance is None:
+            return NONE
+        known = g.static.get(instance)
+        if known is None:
+            return UNKNOWN_MEMBER_ID
+        return FENCED_INSTANCE_ID if known != b.get("member_id") else NONE
 
     def _common_protocol(self, g: Group, protocols: list[tuple[str, str]],
                          member_id: str) -> bool:
@@ -200,7 +265,7 @@ class GroupMembership:
     def _join_answer(self, g: Group, m: Member) -> dict[str, Any]:
         members = []
         if m.member_id == g.leader:
-            members = [{"member_id": x.member_id,
+            members = [{"member_id": x.member_id, "group_instance_id": x.instance_id,
                         "metadata": dict(x.protocols)[g.protocol_name or ""]}
                        for x in g.members.values()]
         return {"error_code": NONE, "generation_id": g.generation,
@@ -210,6 +275,9 @@ class GroupMembership:
     # ------------------------------------------------------------------ SyncGroup
     async def sync(self, b: dict[str, Any]) -> dict[str, Any]:
         g = self._group(b["group_id"])
+        fenced = self._fenced(g, b)
+        if fenced:
+            return {"error_code": fenced, "assignment": ""}
         m = g.members.get(b["member_id"])
         if m is None:
             return {"error_code": UNKNOWN_MEMBER_ID, "assignment": ""}
@@ -239,6 +307,9 @@ class GroupMembership:
     # ------------------------------------------------------------------ Heartbeat
     async def heartbeat(self, b: dict[str, Any]) -> dict[str, Any]:
         g = self._group(b["group_id"])
+        fenced = self._fenced(g, b)
+        if fenced:
+            return {"error_code": fenced}
         m = g.members.get(b["member_id"])
         if m is None:
             return {"error_code": UNKNOWN_MEMBER_ID}
@@ -249,17 +320,35 @@ class GroupMembership:
 
     # ----------------------------------------------------------------- LeaveGroup
     async def leave(self, b: dict[str, Any]) -> dict[str, Any]:
+        """LeaveGroup: ``member_ids``, or ``members`` with a ``group_instance_id`` each
+        (a static member may be named by its instance id alone, member id "")."""
         g = self._group(b["group_id"])
+        wanted = [{"member_id": x, "group_instance_id": None} for x in b.get("member_ids") or []]
+        wanted += list(b.get("members") or [])
         out = []
-        for member_id in b["member_ids"]:
-            m = g.members.pop(member_id, None)
-            out.append({"member_id": member_id,
-                        "error_code": NONE if m is not None else UNKNOWN_MEMBER_ID})
+        for w in wanted:
+            member_id, instance = w.get("member_id") or "", w.get("group_instance_id")
+            code = NONE
+            if instance:
+                known = g.static.get(instance)
+                if known is None:
+                    code = UNKNOWN_MEMBER_ID
+                elif member_id and member_id != known:
+                    code = FENCED_INSTANCE_ID
+                else:
+                    member_id = known
+            m = g.members.pop(member_id, None) if code == NONE else None
+            if code == NONE and m is None:
+                code = UNKNOWN_MEMBER_ID
+            out.append({"member_id": member_id, "group_instance_id": instance,
+                        "error_code": code})
             if m is not None:
                 self._removed(g, m)
         return {"error_code": NONE, "members": out}
 
     def _removed(self, g: Group, m: Member) -> None:
+        if m.instance_id and g.static.get(m.instance_id) == m.member_id:
+            del g.static[m.instance_id]
         for fut in (m.join, m.sync):
             if fut is not None and not fut.done():
                 fut.set_result({"error_code": UNKNOWN_MEMBER_ID, "assignment": ""})
@@ -292,6 +381,9 @@ class GroupMembership:
         the group offsets path as a transaction of the group's own id."""
         group_id, generation, member_id = b["group_id"], b["generation_id"], b["member_id"]
         g = self.groups.get(group_id)
+        fenced = self._fenced(g, b) if g is not None else NONE
+        if fenced:
+            return {"error_code": fenced}
         if generation >= 0 or member_id:
             if g is None or member_id not in g.members:
                 return {"error_code": UNKNOWN_MEMBER_ID}
@@ -309,7 +401,8 @@ class GroupMembership:
             r = await e.init_producer_id(tid)
             pid, epoch = r["producer_id"], r["epoch"]
             try:
-                await e.add_offsets(tid, pid, epoch, group_id, b["offsets"])
+                await e.offsets.add_offsets(tid, pid, epoch, group_id, b["offsets"],
+                                            g.protocol_type if g is not None else None)
             except BaseException:
                 await e.end_txn(tid, pid, epoch, False)
                 raise
@@ -327,7 +420,8 @@ class GroupMembership:
         return {"group_id": group_id, "state": g.state, "generation": g.generation,
                 "protocol_type": g.protocol_type, "protocol_name": g.protocol_name,
                 "leader": g.leader, "members": [
-                    {"member_id": m.member_id, "client_id": m.client_id,
+                    {"member_id": m.member_id, "group_instance_id": m.instance_id,
+                     "client_id": m.client_id,
                      "client_host": m.client_host, "assignment": m.assignment,
                      "metadata": dict(m.protocols).get(g.protocol_name or "", "")
                      if stable else ""} for m in g.members.values()]}

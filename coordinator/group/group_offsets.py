@@ -36,6 +36,17 @@ EnsureTopic = Callable[[str, int, dict[str, Any]], Awaitable[Any]]
 OFFSETS_SEGMENT_BYTES = 100 * 1024 * 1024
 
 
+def _entry(o: dict[str, Any]) -> list[Any]:
+    """An offset of the ``offsets`` log record: [topic, partition, offset], then
+    [metadata, leader epoch] where either is not the default ("", -1), so records of
+    offsets without them keep their old bytes."""
+    out: list[Any] = [o["topic"], o["partition"], o["offset"]]
+    metadata, epoch = str(o.get("metadata") or ""), int(o.get("leader_epoch", -1))
+    if metadata or epoch != -1:
+        out += [metadata, epoch]
+    return out
+
+
 class GroupOffsets:
     """Transactional offset commits and the committed offsets of each group."""
 
@@ -56,8 +67,11 @@ class GroupOffsets:
                 "cleanup.policy": "compact", "segment.bytes": str(OFFSETS_SEGMENT_BYTES)})
 
     async def add_offsets(self, tid: str, pid: int, epoch: int, group_id: str,
-                          offsets: list[dict[str, Any]]) -> dict[str, Any]:
-        """AddOffsetsToTxn + TxnOffsetCommit: OffsetCommit records in the transaction."""
+                          offsets: list[dict[str, Any]], protocol_type: str | None = None
+                          ) -> dict[str, Any]:
+        """AddOffsetsToTxn + TxnOffsetCommit: OffsetCommit records in the transaction.
+        ``protocol_type``: the group's, when a member of a generation commits (kept for
+        ListGroups once the group is Empty)."""
         if not isinstance(group_id, str) or not group_id:
             raise InvalidRequestError("group_id must be a non-empty string")
         if not offsets:
@@ -77,7 +91,8 @@ class GroupOffsets:
         recs = []
         for o in offsets:
             key, value = encode_offset_commit(group_id, o["topic"], o["partition"],
-                                              o["offset"], o.get("metadata", ""), ts)
+                                              o["offset"], o.get("metadata", ""), ts,
+                                              int(o.get("leader_epoch", -1)))
             recs.append((key, value, [], ts))
         data = encode_batch(recs, base_offset=base, producer_id=pid, producer_epoch=epoch,
                             base_sequence=seq, transactional=True)
@@ -89,9 +104,16 @@ class GroupOffsets:
         await self.commits.commit([
             LogRecord("confirm", {"id": str(pid), "pid": pid, "parts": [[topic, p, base]]}),
             LogRecord("offsets", {"id": tid, "tid": tid, "group": group_id,
-                                  "offsets": [[o["topic"], o["partition"], o["offset"]]
-                                              for o in offsets]})])
+                                  "offsets": [_entry(o) for o in offsets],
+                                  **({"protocol_type": protocol_type} if protocol_type
+                                     else {})})])
         return {"partition": p, "base_offset": base}
+
+    def committed_metadata(self, group_id: str) -> dict[str, list[Any]]:
+        """``{"t-p": [metadata, leader epoch]}`` of the group's committed offsets that
+        were committed with either (Kafka's OffsetFetch answers them); others have "" and
+        -1. Read after ``committed``, which waits for the log."""
+        return {k: list(v) for k, v in self.state.group_offset_meta.get(group_id, {}).items()}
 
     async def committed(self, group_id: str) -> dict[str, int]:
         """The group's committed offsets, ``{"t-p": offset}`` (once what is logged is

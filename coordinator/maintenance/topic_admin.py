@@ -1,5 +1,6 @@
 """The topic lifecycle operations a broker answers Kafka's tools: DeleteRecords
-(``kafka-delete-records``) and IncrementalAlterConfigs (``kafka-configs --alter``).
+(``kafka-delete-records``) and IncrementalAlterConfigs (``kafka-configs --alter``), and
+the auto-creation of topics clients name (``auto.create.topics.enable``).
 
 Each is a record in the coordinator's log, so a restart replays it, and each is published
 where readers and tools look — a manifest carrying the new log start offset
@@ -10,7 +11,9 @@ answered.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from txnlog.log_format import topics
@@ -201,8 +204,46 @@ def rewrite_topic_meta(storage: Any, name: str, meta: dict[str, Any]) -> None:
     storage.put(topics.topic_meta_path(name), new.to_json())
 
 
+# ----------------------------------------------------------------- auto-creation
+@dataclass
+class AutoCreate:
+    """Kafka's ``auto.create.topics.enable`` and ``num.partitions`` of one coordinator,
+    set by ``txnlog coordinator --auto-create-topics-enable/--num-partitions``: decided
+    here, so every gateway of the root agrees."""
+
+    enabled: bool = True
+    num_partitions: int = 1
+
+
+_AUTO_CREATE: weakref.WeakKeyDictionary[Any, AutoCreate] = weakref.WeakKeyDictionary()
+
+
+def set_auto_create(e: TransactionCoordinator, settings: AutoCreate) -> None:
+    _AUTO_CREATE[e] = settings
+
+
+async def auto_create_topic(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
+    """A gateway's auto-creation of a topic a client named (Metadata, Produce): created
+    with ``partitions`` (the gateway's ``num.partitions``, else the coordinator's) and
+    default configs, exclusively (``create_topic``: one topic id), when this coordinator
+    allows auto-creation; an existing topic is answered as it is. Refused
+    (UnknownTopicOrPartition, what Kafka answers then) when it does not, and for internal
+    (``__``) names, which the coordinator creates with their own shapes."""
+    name = validate_topic_name(b["name"])
+    settings = _AUTO_CREATE.get(e) or AutoCreate()
+    if name in e.state.topics:
+        return await e.describe_topic(name)
+    if not settings.enabled or name.startswith("__"):
+        why = "auto.create.topics.enable is false on the coordinator" \
+            if not settings.enabled else "internal topics are not auto-created"
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist ({why})")
+    n = b.get("partitions") or settings.num_partitions
+    return await e.create_topic(name, int(n), {}, exist_ok=True)
+
+
 ADMIN_TOPIC_OPERATIONS: dict[str, Callable[[TransactionCoordinator, dict[str, Any]],
                                            Awaitable[Any]]] = {
     "delete_records": delete_records, "alter_configs": alter_configs,
     "delete_topic": delete_topic, "create_partitions": create_partitions,
+    "auto_create_topic": auto_create_topic,
 }

@@ -85,7 +85,8 @@ async def list_groups(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
     """ListGroups: every group with live members (its state and protocol type are the
     group membership role's: Stable, PreparingRebalance, ...), with committed offsets, or
     with offsets in an open transaction (``Empty`` in Kafka's words: a group without
-    members that keeps its offsets; its protocol type is unknown, ``""``)."""
+    members that keeps its offsets, and the protocol type its members had, ``""`` for a
+    group only used for standalone commits, as in Kafka)."""
     await e.commits.sync()
     live = membership(e).live()
     names = set(e.state.group_offsets) | set(live)
@@ -95,7 +96,8 @@ async def list_groups(e: TransactionCoordinator, b: dict[str, Any]) -> Reply:
         group = live.get(g)
         rows.append({"group_id": g, "state": group.state if group is not None else "Empty",
                      "protocol_type": (group.protocol_type or "") if group is not None
-                     else "", "members": len(group.members) if group is not None else 0,
+                     else e.state.group_protocols.get(g, ""),
+                     "members": len(group.members) if group is not None else 0,
                      "committed_partitions": len(e.state.group_offsets.get(g, {})),
                      "pending_transaction": g in pending})
     return {"groups": rows}

@@ -181,14 +181,17 @@ async def _heartbeat(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
 
 async def _add_offsets(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
     offsets = [{"topic": str(o["topic"]), "partition": int(o["partition"]),
-                "offset": int(o["offset"]), "metadata": str(o.get("metadata", ""))}
+                "offset": int(o["offset"]), "metadata": str(o.get("metadata", "")),
+                "leader_epoch": int(o.get("leader_epoch", -1))}
                for o in b["offsets"]]
     return await e.add_offsets(b["transactional_id"], int(b["producer_id"]), int(b["epoch"]),
                                b["group_id"], offsets)
 
 
 async def _committed(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
-    return {"offsets": await e.committed_offsets(b["group_id"])}
+    # "metadata": each offset's commit metadata and leader epoch, where either was given
+    return {"offsets": await e.committed_offsets(b["group_id"]),
+            "metadata": e.offsets.committed_metadata(b["group_id"])}
 
 
 async def _end_txn(e: TransactionCoordinator, b: dict[str, Any]) -> Any:

@@ -32,6 +32,7 @@ from txnlog.log_format.storage import Storage
 from ..client.coordinator_client import CoordinatorClient
 from ..errors import CoordinatorError, NotCoordinatorError
 from ..maintenance.merge_policy import MergeSettings
+from ..maintenance.topic_admin import AutoCreate, set_auto_create
 from ..security import TokenCheck, TokenFileError, client_ca, read_token_file, server_ssl_context
 from ..state.txn_log import FencedError, Recovered, TxnLog, recover
 from ..transaction.transaction_coordinator import ONE_SHOT_ID_RETENTION_MS, TransactionCoordinator
@@ -66,6 +67,21 @@ def _at_least_two(text: str) -> int:
     if value < 2:
         raise argparse.ArgumentTypeError(f"must be >= 2, got {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (a clear usage error otherwise)."""
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _true_false(text: str) -> bool:
+    """argparse type: Kafka's boolean config values, true or false."""
+    if text.strip().lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.strip().lower() == "true"
 
 
 def _positive_float(text: str) -> float:
@@ -148,6 +164,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
                         help="how often retention.ms/retention.bytes are applied (Kafka's "
                              "log.retention.check.interval.ms, default 300000)")
+    parser.add_argument("--auto-create-topics-enable", type=_true_false, default=True,
+                        metavar="true|false",
+                        help="Kafka's auto.create.topics.enable for every gateway of the "
+                             "root: a client naming an unknown topic creates it (default: "
+                             "true; a gateway can also turn it off for itself)")
+    parser.add_argument("--num-partitions", type=_positive_int, default=1,
+                        help="Kafka's num.partitions: partitions of an auto-created topic, "
+                             "unless its gateway says otherwise (default: 1)")
     parser.add_argument("--no-register", action="store_true",
                         help="do not write _coordinator.json")
     parser.add_argument("--advertised-url", default=None, metavar="URL",
@@ -257,6 +281,8 @@ class CoordinatorServer:
                                          orphan_age_s=args.shared_orphan_age_s),
             merging=not args.no_merge,
             retention_check_interval_ms=args.retention_check_interval_ms)
+        set_auto_create(self.coordinator, AutoCreate(args.auto_create_topics_enable,
+                                                     args.num_partitions))
         self.metrics = Metrics(self.coordinator)
         self.coordinator.metrics = self.metrics
         self.state = ServingState()

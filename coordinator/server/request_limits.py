@@ -131,7 +131,8 @@ OPERATION_SHAPES: dict[str, Obj] = {
     "heartbeat": Obj(dict(_TXN_PRODUCER)),
     "add_offsets": Obj({**_TXN_PRODUCER, "group_id": Field(Str()), "offsets": Field(ListOf(Obj({
         "topic": Field(TOPIC), "partition": Field(PARTITION), "offset": Field(OFFSET),
-        "metadata": Field(Str(min_chars=0), required=False, default="")})))}),
+        "metadata": Field(Str(min_chars=0), required=False, default=""),
+        "leader_epoch": Field(Int(*INT32), required=False, default=-1)})))}),
     "committed_offsets": Obj({"group_id": Field(Str())}),
     "end_txn": Obj({
         **_TXN_PRODUCER, "commit": Field(Bool()),
@@ -172,23 +173,35 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "session_timeout_ms": Field(Int(*INT32)), "rebalance_timeout_ms": Field(Int(*INT32)),
         "protocol_type": Field(Str(min_chars=0)),
         "require_known_member_id": Field(Bool(), required=False, default=False),
+        "group_instance_id": Field(Str(), required=False, nullable=True),
         "protocols": Field(ListOf(Obj({"name": Field(Str()),
                                        "metadata": Field(GROUP_BYTES)}), max_items=1_000))}),
     "sync_group": Obj({
         "group_id": Field(Str()), "member_id": Field(Str()),
         "generation_id": Field(Int(*INT32)),
+        "group_instance_id": Field(Str(), required=False, nullable=True),
         "assignments": Field(ListOf(Obj({"member_id": Field(Str()),
                                          "assignment": Field(GROUP_BYTES)})),
                              required=False, nullable=True)}),
     "group_heartbeat": Obj({"group_id": Field(Str()), "member_id": Field(Str(min_chars=0)),
-                            "generation_id": Field(Int(*INT32))}),
-    "leave_group": Obj({"group_id": Field(Str()), "member_ids": Field(ListOf(Str()))}),
+                            "generation_id": Field(Int(*INT32)),
+                            "group_instance_id": Field(Str(), required=False,
+                                                       nullable=True)}),
+    "leave_group": Obj({"group_id": Field(Str()),
+                        "member_ids": Field(ListOf(Str()), required=False, default=[]),
+                        "members": Field(ListOf(Obj({
+                            "member_id": Field(Str(min_chars=0)),
+                            "group_instance_id": Field(Str(), required=False,
+                                                       nullable=True)})),
+                            required=False, default=[])}),
     "commit_offsets": Obj({
         "group_id": Field(Str()), "member_id": Field(Str(min_chars=0)),
         "generation_id": Field(Int(*INT32)),
+        "group_instance_id": Field(Str(), required=False, nullable=True),
         "offsets": Field(ListOf(Obj({
             "topic": Field(TOPIC), "partition": Field(PARTITION), "offset": Field(OFFSET),
-            "metadata": Field(Str(min_chars=0), required=False, default="")})))}),
+            "metadata": Field(Str(min_chars=0), required=False, default=""),
+        "leader_epoch": Field(Int(*INT32), required=False, default=-1)})))}),
     "describe_group": Obj({"group_id": Field(Str())}),
     # Kafka clients' transactions through gateways (kafka_txn.py)
     "kafka_init_producer_id": Obj({
@@ -203,7 +216,9 @@ OPERATION_SHAPES: dict[str, Obj] = {
                                   "topic": Field(TOPIC), "partition": Field(PARTITION),
                                   "offset": Field(OFFSET),
                                   "metadata": Field(Str(min_chars=0), required=False,
-                                                    default="")})))}),
+                                                    default=""),
+                                  "leader_epoch": Field(Int(*INT32), required=False,
+                                                        default=-1)})))}),
     "kafka_end_txn": Obj({**_TXN_PRODUCER, "commit": Field(Bool())}),
     # a gateway's flush (transaction/flush_calls.py): many producers in one call
     "reserve_many": Obj({"entries": Field(ListOf(Obj({
@@ -219,6 +234,9 @@ OPERATION_SHAPES: dict[str, Obj] = {
         "partitions": Field(_part(offset=Int(-1, INT64[1]))),
         "timeout_ms": Field(Int(0, INT32[1]), required=False, default=60_000)}),
     "delete_topic": Obj({"name": Field(TOPIC)}),
+    "auto_create_topic": Obj({"name": Field(TOPIC),
+                              "partitions": Field(Int(1, INT32[1]), required=False,
+                                                  nullable=True)}),
     "create_partitions": Obj({"name": Field(TOPIC), "total": Field(Int(1, INT32[1])),
                               "validate_only": Field(Bool(), required=False, default=False)}),
     "alter_configs": Obj({

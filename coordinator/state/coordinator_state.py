@@ -78,6 +78,11 @@ class CoordinatorState:
     txns: dict[str, Txn] = field(default_factory=dict)
     reservations: dict[PartitionOffset, Reservation] = field(default_factory=dict)
     group_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    # {group: {"t-p": [metadata, leader epoch]}} of committed offsets that carry either
+    group_offset_meta: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    # {group: protocol type} of groups whose members committed offsets ("consumer"): what
+    # ListGroups answers for the group once it is Empty, as Kafka keeps it
+    group_protocols: dict[str, str] = field(default_factory=dict)
     # Completed transactions that may still hold LSOs back (Kafka's unreplicatedTxns; the
     # snapshot calls them "held"): see partition_state.visible_offsets.
     unreplicated: list[UnreplicatedTxn] = field(default_factory=list)
@@ -362,17 +367,37 @@ class CoordinatorState:
                 del self.fenced[k]
 
     def _apply_offsets(self, d: dict[str, Any]) -> None:
-        self.txns[d["tid"]].offsets.append({"group": d["group"], "offsets": d["offsets"]})
+        entry = {"group": d["group"], "offsets": d["offsets"]}
+        if d.get("protocol_type"):
+            entry["protocol_type"] = d["protocol_type"]
+        self.txns[d["tid"]].offsets.append(entry)
 
     def _apply_group_delete(self, d: dict[str, Any]) -> None:
         """DeleteGroups / OffsetDelete (admin_ops): the group's committed offsets are
         forgotten, all of them or those of ``partitions``."""
         parts = d.get("partitions")
         group = self.group_offsets.get(d["group"], {})
+        meta = self.group_offset_meta.get(d["group"], {})
         for topic, p in parts if parts is not None else []:
             group.pop(partition_key(topic, p), None)
+            meta.pop(partition_key(topic, p), None)
         if parts is None or not group:
             self.group_offsets.pop(d["group"], None)
+        if parts is None or not meta:
+            self.group_offset_meta.pop(d["group"], None)
+        if d["group"] not in self.group_offsets:
+            self.group_protocols.pop(d["group"], None)
+
+    def _offset_meta(self, group: str, key: str, extra: list[Any]) -> None:
+        """A committed offset's [metadata, leader epoch] (none: "", -1)."""
+        if extra:
+            self.group_offset_meta.setdefault(group, {})[key] = list(extra)
+        else:
+            meta = self.group_offset_meta.get(group)
+            if meta is not None:
+                meta.pop(key, None)
+                if not meta:
+                    del self.group_offset_meta[group]
 
     def _apply_kafka_client(self, d: dict[str, Any]) -> None:
         # [pid, client epoch, coordinator epoch the client knows its transaction ended in]
@@ -448,8 +473,11 @@ class CoordinatorState:
         if commit:
             for entry in txn.offsets:
                 group = self.group_offsets.setdefault(entry["group"], {})
-                for topic, p, offset in entry["offsets"]:
+                for topic, p, offset, *extra in entry["offsets"]:
                     group[partition_key(topic, p)] = offset
+                    self._offset_meta(entry["group"], partition_key(topic, p), extra)
+                if entry.get("protocol_type"):
+                    self.group_protocols[entry["group"]] = entry["protocol_type"]
             if plan is not None and plan.batch_id is not None:
                 txn.last_committed_batch = plan.batch_id
         for pid in txn.member_pids():
@@ -539,6 +567,9 @@ class CoordinatorState:
                       **({"released": True} if t.released else {})}
                      for t in self.txns.values()],
             "group_offsets": self.group_offsets,
+            **({"group_offset_meta": self.group_offset_meta} if self.group_offset_meta
+               else {}),
+            **({"group_protocols": self.group_protocols} if self.group_protocols else {}),
             "held": [e.to_json() for e in self.unreplicated],
             # only when something was merged, so snapshots of unmerged roots keep their bytes
             **({"merges": {k: v.to_json() for k, v in self.merges.items()}}
@@ -561,7 +592,9 @@ class CoordinatorState:
         st = cls(coordinator_epoch=s["coordinator_epoch"],
                  takeover_offsets=list(s["takeover_offsets"]),
                  next_pid=s["next_pid"], pid_limit=s["pid_limit"], topics=s["topics"],
-                 group_offsets=s["group_offsets"])
+                 group_offsets=s["group_offsets"],
+                 group_offset_meta=s.get("group_offset_meta", {}),
+                 group_protocols=s.get("group_protocols", {}))
         st.partitions = {k: PartitionState(v[0], {int(a): b for a, b in v[1]},
                                            {int(a): b for a, b in v[2]})
                          for k, v in s["partitions"].items()}

@@ -34,10 +34,11 @@ def _short_string(x: str) -> bytes:
 
 
 def encode_offset_commit(group: str, topic: str, partition: int, offset: int,
-                         metadata: str, timestamp: int) -> tuple[bytes, bytes]:
+                         metadata: str, timestamp: int, leader_epoch: int = -1
+                         ) -> tuple[bytes, bytes]:
     """Kafka's OffsetCommitKey v1 and OffsetCommitValue v3 bytes."""
     key = struct.pack(">h", 1) + _short_string(group) + _short_string(topic) \
         + struct.pack(">i", partition)
-    value = struct.pack(">hqi", 3, offset, -1) + _short_string(metadata) \
+    value = struct.pack(">hqi", 3, offset, leader_epoch) + _short_string(metadata) \
         + struct.pack(">q", timestamp)
     return key, value

@@ -99,16 +99,6 @@ def test_plain_producer_without_producer_id(gw: tuple[str, CoordinatorProc,
         assert where[(m.partition, m.offset)] == f"m{i}".encode()
 
 
-def test_produce_to_unknown_topic_fails_cleanly(gw: tuple[str, CoordinatorProc,
-                                                          GatewayProc]) -> None:
-    _root, _coord, gateway = gw
-    p = CKProducer({"bootstrap.servers": gateway.bootstrap, "message.timeout.ms": 3000})
-    errors: list[object] = []
-    p.produce("nope", b"x", on_delivery=lambda err, msg: errors.append(err))
-    p.flush(30)
-    assert errors and errors[0] is not None
-
-
 def _poll_values(c: KafkaConsumer, seconds: float) -> list[bytes]:
     out: list[bytes] = []
     deadline = time.monotonic() + seconds
