@@ -295,7 +295,7 @@ class PartitionReader:
                           if self._snapshot is not None else ())
                 if t.base >= merged_end]
         if planted_bug_enabled("trust_unconfirmed_runs"):
-            runs += self._unconfirmed_runs(merged_end, {r[0] for r in runs})
+            runs += self._unconfirmed_runs({r[0] for r in runs})
         rows = sorted([(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", 0)
                        for base, size in logs] + runs)
         for i, (base, size, path, position) in enumerate(rows):
@@ -308,12 +308,11 @@ class PartitionReader:
         self._listed_hw = hw
         self._listed_at = listed_at
 
-    def _unconfirmed_runs(self, merged_end: int, known: set[int]
-                          ) -> list[tuple[int, int, str, int]]:
+    def _unconfirmed_runs(self, known: set[int]) -> list[tuple[int, int, str, int]]:
         """The planted bug ``trust_unconfirmed_runs`` (chaos self-test): runs of this
         partition taken from the shared objects' own footers (what writers wrote, a zombie's
-        or a killed writer's too) instead of the published tail (what the coordinator
-        confirmed)."""
+        or a killed writer's too, merged or not) instead of the published tail (what the
+        coordinator confirmed, above M)."""
         from .segments.shared_object import SharedObjectError, read_footer
         out = []
         for obj in self.storage.list(SHARED_DIR):
@@ -324,7 +323,7 @@ class PartitionReader:
                 continue
             out += [(e.base, e.size, path, e.position) for e in entries
                     if (e.topic, e.partition) == (self.topic, self.partition)
-                    and e.base >= merged_end and e.base not in known]
+                    and e.base not in known]
         return out
 
     def _max_listing_age(self) -> float:

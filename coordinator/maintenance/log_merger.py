@@ -131,6 +131,7 @@ class LogMerger:
         # shared objects seen named by nothing: path -> when first seen (orphan sweep)
         self._orphans: dict[str, float] = {}
         self._orphan_listed = 0.0
+        self.on_merged: Callable[[], None] | None = None  # asks for a stable head
         self.idle_looked: set[str] = set()  # looked at idle since their last touch
         self.sweep: list[str] = []  # every partition, once, at start (old roots convert)
         self.refused: set[str] = set()
@@ -519,6 +520,10 @@ class LogMerger:
         self.merges_done += 1
         self.observer.merge_written(out.level, written)
         self.observer.object_written("manifest")
+        if any(i.location is not None for i in plan.inputs) and self.on_merged is not None:
+            # runs left the tail: the next head drops them (readers ignore runs below M
+            # anyway; this keeps heads short and names no object that will be deleted)
+            self.on_merged()
 
     async def _put_all(self, files: list[tuple[str, bytes]]) -> None:
         """Put-if-absent ``files`` in parallel on this process's threads (the log

@@ -128,6 +128,7 @@ class TransactionCoordinator:
         self.merger = LogMerger(self.state, self.commits, self.io, self._published_lso,
                                 lambda: self.publisher.written is not None, self.observer,
                                 merge_settings, merging)
+        self.merger.on_merged = lambda: self.request_stable().add_done_callback(_retrieve)
         self.cleaner = LogCleaner(self.state, self.commits, self.io, self.merger,
                                   self._published_lso, self.observer, merging)
         self.retention = LogRetention(self.state, self.commits, self.io, self.observer,

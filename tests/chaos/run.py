@@ -146,7 +146,7 @@ class Outcome:
     compacted: int = 0  # of which compacted by the log cleaner (compacted topics)
     runs: int = 0  # runs of open segments named by the newest manifests
     merged_share: float = 0.0  # of the offsets below the final LSOs: below the merged end
-    deleted: int = 0  # small objects the storage watcher saw that were gone at the end
+    deleted: int = 0  # small and shared objects the storage watcher saw gone at the end
     late_writes: int = 0  # zombie put-if-absents that landed in a freed (merged, deleted) name
     late_writes_tried: int = 0  # zombies resumed once their reserved names were freed
     held_scans: int = 0  # slow readers holding a listing (workload.held_scan_op)
@@ -568,16 +568,17 @@ class Scenario:
             not storage.exists(layout.segment_path(topic, p, base))
 
     def watch_storage(self) -> None:
-        """List every partition's small objects every 0.5 s (what was deleted by the end)."""
+        """List every partition's small objects and the shared objects every 0.5 s (what
+        was deleted by the end)."""
         from txnlog.log_format import layout
 
         storage = Storage.for_url(self.root)
         while not self.stop_watch.wait(0.5):
-            for topic, p in workload.partitions():
-                d = layout.partition_dir(topic, p)
+            for d in [layout.partition_dir(topic, p) for topic, p in workload.partitions()] \
+                    + [layout.SHARED_DIR]:
                 with contextlib.suppress(Exception):
                     for obj in storage.list(d):
-                        if obj.name.endswith(layout.LOG_SUFFIX):
+                        if obj.name.endswith((layout.LOG_SUFFIX, layout.SHARED_SUFFIX)):
                             self.seen_small.add(f"{d}/{obj.name}")
 
     def wait_cleaned(self, timeout: float = 30.0) -> None:
@@ -662,8 +663,8 @@ class Scenario:
             merged += min(man.end_offset, lso)
         out.merged_share = round(merged / stable, 3) if stable else 0.0
         present: set[str] = set()
-        for topic, p in workload.partitions():
-            d = layout.partition_dir(topic, p)
+        for d in [layout.partition_dir(topic, p) for topic, p in workload.partitions()] \
+                + [layout.SHARED_DIR]:
             present.update(f"{d}/{o.name}" for o in storage.list(d))
         out.deleted = len(self.seen_small - present)
         out.late_writes_tried = sum(self.freed_waits)
