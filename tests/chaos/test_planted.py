@@ -935,10 +935,19 @@ def test_the_harness_catches_a_gateway_bug(tmp_path: Path) -> None:
     restarted) reports the planted gateway bug, from the Kafka consumers' reads."""
     from .run import PROFILES, run_all
 
-    (res,) = run_all(["gateway-kill"], ["file"], PROFILES["short"], tmp_path, seed=5,
-                     unsafe="gateway_fetch_ignores_lso", log=print)
-    assert res.error is None, res.error
-    assert "aborted-read" in res.anomalies, res
-    # seen by the Kafka consumers (c<N>-g<gen> librdkafka, c<N>-i<n> kafka-python)
-    assert any("-g" in ex["proc"] or "-i" in ex["proc"]
-               for ex in res.examples["aborted-read"]), res.examples
+    # Whether a short run meets it depends on a consumer polling while an aborting
+    # transaction's records are in the log (the gateway's flush window sets when they are):
+    # up to three seeds, as the other self-checks (seed 5 missed it once, seed 7 met it)
+    missed = []
+    for seed in HARNESS_SEEDS:
+        (res,) = run_all(["gateway-kill"], ["file"], PROFILES["short"],
+                         tmp_path / f"seed-{seed}", seed=seed,
+                         unsafe="gateway_fetch_ignores_lso", log=print)
+        assert res.error is None, res.error
+        # seen by the Kafka consumers (c<N>-g<gen> librdkafka, c<N>-i<n> kafka-python)
+        if "aborted-read" in res.anomalies and any(
+                "-g" in ex["proc"] or "-i" in ex["proc"]
+                for ex in res.examples["aborted-read"]):
+            return
+        missed.append(res)
+    pytest.fail(f"no run of seeds {HARNESS_SEEDS} reported aborted-read: {missed}")
