@@ -90,13 +90,24 @@ class Group:
     pending: dict[str, float] = field(default_factory=dict)  # ids handed out, not joined yet
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_deadline: float = 0.0
+    # group.initial.rebalance.delay.ms: while a group's first rebalance waits for more
+    # members (monotonic time it completes at; 0: no such wait)
+    initial_until: float = 0.0
+
+
+# Kafka's group.initial.rebalance.delay.ms default: the first rebalance of an empty group
+# waits this long for more members (again after each one joins, up to the rebalance
+# timeout), so consumers starting together get one rebalance, not one each
+DEFAULT_INITIAL_REBALANCE_DELAY_MS = 3000
 
 
 class GroupMembership:
     """Every group's members and generation, and the timers that expire members."""
 
-    def __init__(self, coordinator: TransactionCoordinator) -> None:
+    def __init__(self, coordinator: TransactionCoordinator,
+                 initial_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS) -> None:
         self.coordinator = coordinator
+        self.initial_delay_ms = initial_delay_ms
         self.groups: dict[str, Group] = {}
         self._expiry: asyncio.Task[None] | None = None
         self._commit_locks: dict[str, asyncio.Lock] = {}
@@ -159,6 +170,9 @@ class GroupMembership:
             m.join.set_result(_join_error(UNKNOWN_MEMBER_ID, member_id))
         m.join = asyncio.get_running_loop().create_future()
         g.protocol_type = b["protocol_type"]
+        if g.initial_until:  # a member joined during the initial delay: wait again
+            g.initial_until = min(time.monotonic() + self.initial_delay_ms / 1000,
+                                  g.rebalance_deadline)
         self._prepare(g)
         self._maybe_complete_join(g)
         return await m.join
@@ -227,13 +241,21 @@ class GroupMembership:
             for m in g.members.values():
                 if m.sync is not None and not m.sync.done():
                     m.sync.set_result({"error_code": REBALANCE_IN_PROGRESS, "assignment": ""})
+        first = g.state == EMPTY
         g.state = PREPARING
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
-        g.rebalance_deadline = time.monotonic() + timeout / 1000
+        now = time.monotonic()
+        g.rebalance_deadline = now + timeout / 1000
+        if first and self.initial_delay_ms > 0:  # Kafka's InitialDelayedJoin
+            g.initial_until = min(now + self.initial_delay_ms / 1000, g.rebalance_deadline)
 
     def _maybe_complete_join(self, g: Group, deadline_passed: bool = False) -> None:
         if g.state != PREPARING:
             return
+        if g.initial_until and not deadline_passed:
+            if time.monotonic() < g.initial_until:
+                return  # the initial delay: more members may come
+            g.initial_until = 0.0
         waiting = [m for m in g.members.values() if m.join is not None and not m.join.done()]
         if len(waiting) < len(g.members) and not deadline_passed:
             return
@@ -372,6 +394,8 @@ class GroupMembership:
                         self._removed(g, m)
                 if g.state == PREPARING and now >= g.rebalance_deadline:
                     self._maybe_complete_join(g, deadline_passed=True)
+                elif g.state == PREPARING and g.initial_until and now >= g.initial_until:
+                    self._maybe_complete_join(g)
                 if g.state == EMPTY and not g.members and not g.pending:
                     del self.groups[g.group_id]
 
@@ -443,7 +467,9 @@ def membership(coordinator: TransactionCoordinator) -> GroupMembership:
     """The coordinator's group membership role (made on first use)."""
     got = _MEMBERSHIP.get(coordinator)
     if got is None:
-        got = _MEMBERSHIP[coordinator] = GroupMembership(coordinator)
+        got = _MEMBERSHIP[coordinator] = GroupMembership(
+            coordinator, getattr(coordinator, "group_initial_rebalance_delay_ms",
+                                 DEFAULT_INITIAL_REBALANCE_DELAY_MS))
     return got
 
 

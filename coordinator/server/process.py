@@ -164,6 +164,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retention-check-interval-ms", type=_non_negative_int, default=300_000,
                         help="how often retention.ms/retention.bytes are applied (Kafka's "
                              "log.retention.check.interval.ms, default 300000)")
+    parser.add_argument("--group-initial-rebalance-delay-ms", type=_non_negative_int,
+                        default=3000,
+                        help="Kafka's group.initial.rebalance.delay.ms: the first rebalance "
+                             "of an empty consumer group waits this long for more members, "
+                             "again after each one joins, up to the rebalance timeout "
+                             "(default 3000, as Kafka; 0: at once)")
     parser.add_argument("--auto-create-topics-enable", type=_true_false, default=True,
                         metavar="true|false",
                         help="Kafka's auto.create.topics.enable for every gateway of the "
@@ -283,6 +289,9 @@ class CoordinatorServer:
             retention_check_interval_ms=args.retention_check_interval_ms)
         set_auto_create(self.coordinator, AutoCreate(args.auto_create_topics_enable,
                                                      args.num_partitions))
+        # read by the group membership role when it is first used (group/group_membership)
+        self.coordinator.group_initial_rebalance_delay_ms = \
+            args.group_initial_rebalance_delay_ms
         self.metrics = Metrics(self.coordinator)
         self.coordinator.metrics = self.metrics
         self.state = ServingState()
