@@ -115,8 +115,8 @@ def test_python_producer_and_kafka_python_batches_read_identically(spark,
     from txnlog.coordinator.client.coordinator_client import CoordinatorClient
     from txnlog.coordinator.client.embedded import coordinator_for_root
     from txnlog.coordinator.client.producer import TransactionalProducer
-    from txnlog.log_format import layout
-    from txnlog.log_format.stable import make_snapshot, read_latest_stable, write_stable
+    from txnlog.log_format import layout, stable
+    from txnlog.log_format.stable import read_latest_stable
     from txnlog.log_format.storage import Storage
 
     CoordinatorClient(coordinator_for_root(file_root)).create_topic("mixed", 2)
@@ -158,7 +158,12 @@ def test_python_producer_and_kafka_python_batches_read_identically(spark,
         want.append(("mixed", 0, off, key, value, ts, tuple(headers) or None))
     parts = dict(snap.partitions)
     parts["mixed-0"] = (base + 23, base + 23)
-    assert write_stable(storage, make_snapshot(snap.coordinator_epoch, snap.seq + 1000, parts))
+    # a head (on a base of its own) that keeps the runs the producer's shared objects hold
+    epoch, seq = snap.coordinator_epoch, snap.seq + 1000
+    ref = stable.write_base(storage, epoch, seq, stable.encode_base(
+        epoch, seq, parts, tails={k: v for k, v in snap.tails.items() if v}))
+    assert ref is not None
+    assert stable.write_delta(storage, epoch, seq, stable.encode_delta(epoch, seq, ref, {}))
 
     got = norm(load(spark, file_root, subscribe="mixed", includeHeaders="true").collect())
     assert got == sorted(want)
@@ -169,14 +174,27 @@ def test_python_producer_and_kafka_python_batches_read_identically(spark,
     assert len(extra) == 1 and extra[0][3:5] == (b"x", b"aborted") and extra[0][2] < base
 
 
+def _runs(root: Path, topic: str, p: int) -> list[tuple[str, bytes]]:
+    """A partition's runs as Spark wrote them (its batches, byte for byte, inside the
+    tasks' shared objects and the transactions' marker objects), by base offset."""
+    from txnlog.log_format.segments.shared_object import read_footer
+
+    out = []
+    for obj in sorted((root / "_wal").glob("*.wal")):
+        data = obj.read_bytes()
+        out += [(e.base, f"{obj.name}#{topic}-{p}", data[e.position:e.position + e.size])
+                for e in read_footer(data).entries if (e.topic, e.partition) == (topic, p)]
+    return [(name, run) for _, name, run in sorted(out)]
+
+
 def test_spark_written_segments_parse_in_kafka_python(ev_root: str, ev_rows: list) -> None:
     root = Path(urlparse(ev_root).path)
     for topic, partitions, rows in (("ev", 3, N), ("ev2", 1, 40)):
         data = commits = 0
         codecs = set()
         for p in range(partitions):
-            for seg in sorted((root / f"{topic}-{p}").glob("*.log")):
-                records = MemoryRecords(seg.read_bytes())
+            for seg, run in _runs(root, topic, p):
+                records = MemoryRecords(run)
                 while (batch := records.next_batch()) is not None:
                     assert batch.validate_crc(), seg
                     assert batch.is_transactional and batch.producer_id >= 0, seg
@@ -190,10 +208,9 @@ def test_spark_written_segments_parse_in_kafka_python(ev_root: str, ev_rows: lis
         assert data == rows and commits >= partitions, topic
         assert codecs == ({1} if topic == "ev2" else {0})
     # And the records kafka-python sees are the ones Spark reads.
-    seg0 = sorted((root / "ev-0").glob("*.log"))
     seen = []
-    for seg in seg0:
-        records = MemoryRecords(seg.read_bytes())
+    for _seg, run in _runs(root, "ev", 0):
+        records = MemoryRecords(run)
         while (batch := records.next_batch()) is not None:
             if not batch.is_control_batch:
                 seen += [(r.offset, r.key, r.value, r.timestamp) for r in batch]
