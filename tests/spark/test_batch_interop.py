@@ -331,9 +331,15 @@ def test_corrupt_segment_is_named(spark, file_root: str) -> None:
     spark.createDataFrame([(f"k{i}", f"value {i}") for i in range(50)],
                           "key string, value string").coalesce(1) \
         .write.format("txnlog").option("topic", "bad").mode("append").save(file_root)
-    seg = sorted(Path(urlparse(file_root).path, "bad-0").glob("*.log"))[0]
+    from txnlog.log_format.segments.shared_object import read_footer
+
+    # the task's shared object: its run of bad-0's batches, corrupted in its middle
+    seg, run = next((obj, e) for obj in sorted(Path(urlparse(file_root).path, "_wal")
+                                               .glob("*.wal"))
+                    for e in read_footer(obj.read_bytes()).entries
+                    if (e.topic, e.partition) == ("bad", 0) and e.size > 200)
     data = bytearray(seg.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # inside the first batch's records: a CRC mismatch
+    data[run.position + run.size // 2] ^= 0xFF  # inside the run's records: a CRC mismatch
     seg.chmod(0o644)
     seg.write_bytes(bytes(data))
     with pytest.raises(Exception, match=rf"(?s)CRC.*{seg.parent.name}/{seg.name}"):
