@@ -49,6 +49,19 @@ from ..topic_config import compacts
 from .coordinator_client import CoordinatorClient
 
 
+def put_shared_object(put_if_absent: Callable[[str, bytes], bool], data: bytes,
+                      producer_id: int, epoch: int, attempts: int = 3) -> str | None:
+    """Put a shared object's ``data`` under a fresh name of the writer's; its path, or None
+    if ``attempts`` fresh names were all taken (only a 64-bit collision takes one: nothing
+    points at an object before its confirm, so another name is as good)."""
+    for _ in range(attempts):
+        path = layout.shared_object_path(layout.shared_object_name(
+            max(producer_id, 0), max(epoch, 0), secrets.token_hex(8)))
+        if put_if_absent(path, data):
+            return path
+    return None
+
+
 class WrittenRange(NamedTuple):
     """A written range as the coordinator's confirm and end_txn take it: its partition and
     base offset, and where its bytes are (``object`` None: at ``<topic>-<p>/<base>.log``,
@@ -223,13 +236,11 @@ class SegmentWriter:
                                          enc.stamp_base_offset(bases[(t, p)]))
                 for (t, p), enc in encoded.items()]
         data, entries = shared_object.build(runs, self.producer_id, self.epoch)
-        for _ in range(3):
-            name = layout.shared_object_name(self.producer_id, self.epoch,
-                                             secrets.token_hex(8))
-            path = layout.shared_object_path(name)
-            if self.storage.put_if_absent(path, data):
-                return [WrittenRange(e.topic, e.partition, e.base, path, e.position, e.size)
-                        for e in entries]
+        path = put_shared_object(self.storage.put_if_absent, data, self.producer_id,
+                                 self.epoch)
+        if path is not None:
+            return [WrittenRange(e.topic, e.partition, e.base, path, e.position, e.size)
+                    for e in entries]
         raise ProducerFencedError(
             f"txnlog {self.name} {self.producer_id} (epoch {self.epoch}): three fresh "
             "shared object names were all taken: the root is not writable as expected")
@@ -241,4 +252,4 @@ class SegmentWriter:
 
 
 __all__ = ["PartitionCounts", "Partitioner", "Reservation", "SegmentWriter", "Written",
-           "WrittenRange"]
+           "WrittenRange", "put_shared_object"]

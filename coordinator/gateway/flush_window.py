@@ -28,16 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from txnlog.log_format import layout
 from txnlog.log_format.codec.batch_header import set_base_offset
 from txnlog.log_format.segments import shared_object
 
+from ..client.segment_writer import put_shared_object
 from ..errors import error_from_json
 from . import errors as E
 
@@ -203,7 +202,10 @@ class FlushWindow:
                 for entry, _ in reserved for b in entry.batches]
         first = reserved[0][0]
         data, placed = shared_object.build(runs, first.producer_id, first.epoch)
-        path = await self.run(_put, self.put_if_absent, data, first.producer_id, first.epoch)
+        path = await self.run(put_shared_object, self.put_if_absent, data, first.producer_id,
+                              first.epoch)
+        if path is None:
+            raise OSError("three fresh shared object names were all taken")
         t2 = time.monotonic()
         it = iter(placed)
         confirms = []
@@ -225,17 +227,6 @@ class FlushWindow:
         log.debug("window of %d producers, %d runs, %d bytes: reserve %.0f ms, put %.0f ms, "
                   "confirm %.0f ms", len(entries), len(runs), len(data), (t1 - t0) * 1000,
                   (t2 - t1) * 1000, (time.monotonic() - t2) * 1000)
-
-
-def _put(put_if_absent: Callable[[str, bytes], bool], data: bytes, producer_id: int,
-         epoch: int) -> str:
-    """Put the window's object under a fresh name (a name found taken: another)."""
-    for _ in range(3):
-        path = layout.shared_object_path(layout.shared_object_name(
-            max(producer_id, 0), max(epoch, 0), secrets.token_hex(8)))
-        if put_if_absent(path, data):
-            return path
-    raise OSError("three fresh shared object names were all taken")
 
 
 __all__ = ["DEFAULT_FLUSH_INTERVAL_MS", "DEFAULT_FLUSH_MAX_BYTES", "FlushWindow",
