@@ -592,11 +592,15 @@ class LogMerger:
         self._orphan_listed = now
         listing = await self._call("list", layout.SHARED_DIR, None)
         shared = self.state.shared
+        # a transaction still being completed names its marker object before its markers
+        # are part of any tail (Prepare to Complete)
+        markers = {t.plan.marker_object for t in self.state.txns.values()
+                   if t.plan is not None and t.plan.marker_object is not None}
         seen: dict[str, float] = {}
         due = []
         for name, _size in listing:
             path = f"{layout.SHARED_DIR}/{name}"
-            if path in shared.refs or path in shared.garbage or self._names_marker(path):
+            if path in shared.refs or path in shared.garbage or path in markers:
                 continue
             first = self._orphans.get(path, now)
             seen[path] = first
@@ -604,12 +608,6 @@ class LogMerger:
                 due.append(path)
         self._orphans = seen
         return due
-
-    def _names_marker(self, path: str) -> bool:
-        """A transaction still being completed names its marker object before the
-        markers are part of any tail (Prepare to Complete)."""
-        return any(t.plan is not None and t.plan.marker_object == path
-                   for t in self.state.txns.values())
 
     # ------------------------------------------------------------------------ lifecycle
     async def stop(self) -> None:
