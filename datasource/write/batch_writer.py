@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
     from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 
+    from .commit_messages import TxnlogCommitMessage
+
 log = logging.getLogger(__name__)
 # How long commit() keeps asking an unreachable or failing coordinator for the outcome.
 COMMIT_RETRY_S = 120.0
@@ -148,19 +150,21 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from .commit_messages import TxnlogCommitMessage
 
-        members = [m.member_id for m in messages if isinstance(m, TxnlogCommitMessage)]
+        tasks = [m for m in messages if isinstance(m, TxnlogCommitMessage)]
+        members = [m.member_id for m in tasks]
         if len(members) != len(messages):
             raise RuntimeError("txnlog commit: a partition has no successful task attempt")
         if not members:  # a write of zero partitions: no member ever opened the transaction
             self._release()
             return
-        result = self._end_txn(members)
+        result = self._end_txn(members, tasks)
         if result.get("outcome") != "commit":
             raise RuntimeError(f"txnlog commit of {self.transactional_id!r} ended as "
                                f"{result.get('outcome')!r}")
 
-    def _end_txn(self, members: list[int]) -> dict:
-        """EndTxn(commit), retried until the coordinator answers with the outcome.
+    def _end_txn(self, members: list[int], tasks: list[TxnlogCommitMessage]) -> dict:
+        """EndTxn(commit) confirming the tasks' runs, retried until the coordinator answers
+        with the outcome.
 
         Once the coordinator wrote PrepareCommit the write commits, whatever happens to this
         call; reporting a failure then would make the user retry and duplicate it. A repeat
@@ -176,6 +180,8 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
             ProducerFencedError,
         )
 
+        from .commit_messages import runs_to_confirm
+
         attempts = 0
 
         def attempt() -> dict:
@@ -186,8 +192,10 @@ class TxnlogBatchWriter(DataSourceArrowWriter):
             first = attempts == 1 and not getattr(self, "_commit_asked", False)
             self._commit_asked = True
             try:
-                return self._client().end_txn(self.transactional_id, self.producer_id,
-                                              self.epoch, commit=True, members=members)
+                client = self._client()
+                return client.end_txn(self.transactional_id, self.producer_id, self.epoch,
+                                      commit=True, members=members,
+                                      written=runs_to_confirm(client, tasks))
             except (InvalidTxnStateError, ProducerFencedError, InvalidProducerEpochError) as exc:
                 raise _Decided(exc) from exc
             except InvalidProducerIdMappingError as exc:

@@ -202,9 +202,12 @@ class TxnlogStreamWriter(DataSourceStreamArrowWriter):
         for g in groups:
             client.add_offsets(tid, pid, epoch, g.group_id, g.offsets)
         _test_point("after_offsets", batchId)
-        members = [m.task.member_id for m in writers if m.task is not None]
-        result = client.end_txn(tid, pid, epoch, commit=True, members=members,
-                                batch_id=batchId)
+        from .commit_messages import runs_to_confirm
+
+        tasks = [m.task for m in writers if m.task is not None]
+        result = client.end_txn(tid, pid, epoch, commit=True,
+                                members=[t.member_id for t in tasks], batch_id=batchId,
+                                written=runs_to_confirm(client, tasks))
         _test_point("after_commit", batchId)
         if result.get("outcome") != "commit":
             raise RuntimeError(f"txnlog sink {tid}: batch {batchId} ended as "
