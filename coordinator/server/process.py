@@ -126,6 +126,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reservation-timeout-ms", type=int, default=60_000,
                         help="an idempotent producer's reservation not confirmed after this "
                              "long is fenced with a 0-byte object")
+    parser.add_argument("--log-linger-ms", type=_non_negative_int, default=5_000,
+                        help="how long a Spark write's membership and reservations may wait "
+                             "to ride in the append of its EndTxn before they are written on "
+                             "their own (a coordinator lost meanwhile costs that write a "
+                             "retry, never a record; default 5000)")
     parser.add_argument("--heartbeat-ms", type=int, default=5_000,
                         help="how often _coordinator.json is refreshed")
     parser.add_argument("--idle-exit-s", type=float, default=0.0,
@@ -404,6 +409,7 @@ class CoordinatorServer:
                       snapshot_every_records=self.args.snapshot_every_records,
                       snapshot_every_objects=self.args.snapshot_every_objects,
                       snapshot_every_s=self.args.snapshot_every_s,
+                      lazy_linger_s=self.args.log_linger_ms / 1000,
                       replayed=(len(recovered.records), recovered.objects))
 
     def _on_fatal(self, exc: BaseException) -> None:

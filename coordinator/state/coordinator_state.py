@@ -25,6 +25,7 @@ from txnlog.log_format.stable import TailEntry
 from ..errors import (
     InvalidProducerIdMappingError,
     InvalidRequestError,
+    InvalidTxnStateError,
     KafkaStorageError,
     ProducerFencedError,
 )
@@ -194,7 +195,16 @@ class CoordinatorState:
             key = PartitionOffset(run.topic, run.partition, run.base)
             res = self.reservations.get(key)
             if res is None:
-                continue  # already resolved (a retry) or never ours: nothing to move
+                part = self.partitions.get(partition_key(run.topic, run.partition))
+                if part is None or run.base >= part.leo:
+                    # Never reserved here: a lazy reservation (a Spark task's) that a lost
+                    # coordinator answered but never made durable. Skipping it would commit
+                    # without its records.
+                    raise InvalidTxnStateError(
+                        f"offset {run.base} of {run.topic}-{run.partition} was never reserved "
+                        f"on this coordinator ({whose}): its reservation was lost with the "
+                        "coordinator before it was durable; abort and write again")
+                continue  # resolved before (a retry): nothing to move
             if res.pid not in pids:
                 raise InvalidRequestError(
                     f"offset {key.base} of {key.topic}-{key.partition} was reserved by "

@@ -117,15 +117,25 @@ class Commits:
         self.state = state
         self.log: TxnLog | None = None  # set once the coordinator takes the log over
 
-    def commit(self, records: list[LogRecord]) -> asyncio.Future[None]:
+    def commit(self, records: list[LogRecord], lazy: bool = False) -> asyncio.Future[None]:
         """Apply ``records`` to the state and queue them; the future resolves once durable.
 
         Nothing awaits between the two, so no other task sees the state ahead of the queue,
-        and the log (sequential) makes every earlier change durable first.
+        and the log (sequential) makes every earlier change durable first. ``lazy``: no
+        write of its own (``TxnLog.append``); the caller answers without waiting.
         """
         assert self.log is not None
         self.state.apply_all(records)
-        return self.log.append(records)
+        return self.log.append(records, lazy=lazy)
+
+    async def commit_or_queue(self, records: list[LogRecord], lazy: bool) -> None:
+        """``commit``, then wait until durable unless ``lazy`` (a lazy record's failure to
+        be written stops the process; nobody waits for it)."""
+        fut = self.commit(records, lazy=lazy)
+        if lazy:
+            fut.add_done_callback(retrieve_outcome)
+        else:
+            await fut
 
     def append_applied(self, records: list[LogRecord]) -> asyncio.Future[None]:
         """Queue records already applied in this same synchronous step (a group of

@@ -20,6 +20,18 @@ or a log object above it exists, the log had moved on past it and this coordinat
 That check is sound because an object is only deleted after a snapshot above it was written,
 and the newest snapshot is never deleted.
 
+**Lazy appends** (``append(records, lazy=True)``) are queued like any other but start no
+write of their own: they ride in the next append that does, or are written once
+``lazy_linger_s`` passes. A Spark task's membership and reservations are appended this way
+and answered at once, so a write's tasks add no log objects of their own: they become
+durable in the append of the driver's EndTxn (its Prepare). That is safe because the log is
+sequential (an eager append makes everything queued before it durable first), every call
+that depends on a lazy record (a confirm, EndTxn) is eager, a confirm that names a
+reservation the coordinator no longer knows is refused (``CoordinatorState.to_confirm``), and
+a new coordinator never hands out a producer id of an earlier one's block (its takeover
+record skips the rest of the block). A coordinator lost before a lazy record was durable
+costs that write a retry (its task, or the job), never a record.
+
 A *starting* coordinator that loses the race for its takeover offset has written nothing:
 the serving one only wrote its last records (a CompleteCommit) while this one loaded. It
 replays them and tries again at the new end (``TxnLog.take_over``); it is fenced only if
@@ -138,7 +150,8 @@ class TxnLog:
                  snapshot_every_objects: int = 50,
                  snapshot_every_s: float = 5.0,
                  replayed: tuple[int, int] = (0, 0),
-                 snapshot_after_replay: int = 8) -> None:
+                 snapshot_after_replay: int = 8,
+                 lazy_linger_s: float = 5.0) -> None:
         """``replayed``: (records, objects) recovery read after the newest snapshot. They
         count towards the next snapshot, and when at least ``snapshot_after_replay`` objects
         were replayed the first write (the takeover) is snapshotted at once: a coordinator
@@ -154,6 +167,8 @@ class TxnLog:
         self.snapshot_every_records = snapshot_every_records
         self.snapshot_every_objects = snapshot_every_objects
         self.snapshot_every_s = snapshot_every_s
+        self.lazy_linger_s = lazy_linger_s
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self._pending: list[tuple[LogRecord, asyncio.Future[None] | None]] = []
         self._before_write: list[Callable[[], None]] = []
         self._wake = asyncio.Event()
@@ -192,19 +207,30 @@ class TxnLog:
         log.critical("the coordinator log writer failed: %r", exc)
         self._fail(exc, [])
 
-    def append(self, records: list[LogRecord]) -> asyncio.Future[None]:
-        """Queue records (already applied by the caller); the future resolves when durable."""
+    def append(self, records: list[LogRecord], lazy: bool = False) -> asyncio.Future[None]:
+        """Queue records (already applied by the caller); the future resolves when durable.
+
+        ``lazy``: start no write for them; they go out with the next eager append, or after
+        ``lazy_linger_s`` at the latest (see the module doc for when that is safe)."""
         if self.failed is not None:
             raise NotCoordinatorError(f"this coordinator stopped: {self.failed}")
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         for i, rec in enumerate(records):
             self._pending.append((rec, fut if i == len(records) - 1 else None))
         if not records:
             fut.set_result(None)
         else:
             self._last_future = fut
-        self._wake.set()
+        if not lazy:
+            self._wake.set()
+        elif records and self._lazy_timer is None:
+            self._lazy_timer = loop.call_later(self.lazy_linger_s, self._linger_over)
         return fut
+
+    def _linger_over(self) -> None:
+        self._lazy_timer = None
+        self._wake.set()
 
     def before_next_write(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` (once, synchronously) just before the next object is cut.
@@ -227,9 +253,11 @@ class TxnLog:
                 log.exception("before-write hook failed")
 
     async def sync(self) -> None:
-        """Wait until everything appended so far is durable (for answers without changes)."""
+        """Wait until everything appended so far is durable (for answers without changes);
+        lazy records queued so far are written now."""
         fut = self._last_future
         if fut is not None and not fut.done():
+            self._wake.set()
             await asyncio.shield(fut)
         elif fut is not None and fut.exception() is not None:
             raise fut.exception()  # type: ignore[misc]
@@ -256,6 +284,9 @@ class TxnLog:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._lazy_timer is not None:  # everything queued goes out now
+                self._lazy_timer.cancel()
+                self._lazy_timer = None
             while self.failed is None:
                 self._run_hooks()
                 if not self._pending:

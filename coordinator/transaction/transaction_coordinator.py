@@ -290,7 +290,8 @@ class TransactionCoordinator:
                 ext: dict[str, Any] = {"one_shot": True} if one_shot else {}
                 records.append(fresh.transition_record(TxnState.EMPTY, pid=pid, epoch=0,
                                                        **ext))
-                await self.commits.commit(records)
+                # a new one-shot id (a batch write's) is lazy: its EndTxn makes it durable
+                await self.commits.commit_or_queue(records, lazy=one_shot and len(records) == 1)
                 log.debug("init_producer_id %r -> pid %d epoch 0%s", tid, pid,
                           " (one-shot)" if one_shot else "")
                 return {"producer_id": pid, "epoch": 0}
@@ -337,7 +338,8 @@ class TransactionCoordinator:
         records += blocks
         records.append(LogRecord("member", {"id": tid, "tid": tid, "key": member_key,
                                             "pid": mpid}))
-        await self.commits.commit(records)
+        # lazy unless a new pid block is needed (TxnLog's module doc: why that is safe)
+        await self.commits.commit_or_queue(records, lazy=not blocks)
         log.debug("add_member %r key %s -> pid %d", tid, member_key, mpid)
         return {"producer_id": mpid, "epoch": 0}
 
@@ -438,13 +440,13 @@ class TransactionCoordinator:
                     for topic, p, seq, count in new]
         records.append(LogRecord("reserve", {"id": str(pid), "pid": pid, "epoch": epoch,
                                              "tid": ps.tid, "parts": assigned}))
-        fut = self.commits.commit(records)
         it = iter(assigned)
         for item in out:
             if item["base_offset"] is None:
                 item["base_offset"] = next(it).base_offset
         self.observer.reserved()
-        await fut
+        # a member's (Spark task's) reservation is lazy: the driver's EndTxn confirms it
+        await self.commits.commit_or_queue(records, lazy=ps.member)
         faults.point("after_reserve")
         log.debug("reserve pid %d epoch %d -> %s", pid, epoch, assigned)
         return out
@@ -465,9 +467,8 @@ class TransactionCoordinator:
         txn = self.state.txns.get(ps.tid or "") if ps is not None else None
         if txn is not None:
             txn.last_heartbeat = time.monotonic()
-        # Confirmed ranges move the HW: publish it whether or not this caller waits, as a
-        # broker's HW moves by itself (without, idempotent data stayed invisible until some
-        # other change published a head).
+        # Confirmed ranges move the HW: publish it whether or not this caller waits (a
+        # broker's HW moves by itself).
         published = self.request_stable()
         if wait_stable:
             await published
@@ -502,12 +503,9 @@ class TransactionCoordinator:
                       members: list[int] | None = None, batch_id: int | None = None,
                       written: list[dict[str, Any]] | None = None) -> Reply:
         """EndTxn: commit or abort ``tid``'s open transaction (``members``: the member
-        producers whose records a commit includes, default all); ``written`` confirms the
-        caller's own reservations in the same step.
-
-        Folding the last Confirm into EndTxn saves an RPC and a log wait per transaction:
-        the confirm record is queued right before Prepare, so it is durable when the reply
-        (which waits for Prepare and more) is sent, exactly as if Confirm had been called.
+        producers whose records a commit includes, default all). ``written``: runs of its
+        producers to confirm, queued right before the Prepare, in its append (a producer's
+        last flush; every run of a Spark write, whose tasks confirm nothing themselves).
         """
         if tid not in self.state.txns:
             await self._check_still_coordinator(tid)
@@ -648,7 +646,8 @@ class TransactionCoordinator:
             raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
         meta, created = await self.io.call(topics.create_topic_if_absent, self.storage, name,
                                            partitions, cfg)
-        if name not in self.state.topics:
+        logged = name not in self.state.topics
+        if logged:
             # logged even when another call created it (or a coordinator died between its
             # put and its log record): the log knows every topic in storage
             await self.commits.commit([LogRecord("topic", {"id": name, "name": name,
@@ -660,7 +659,8 @@ class TransactionCoordinator:
             raise TopicAlreadyExistsError(
                 f"Topic '{name}' already exists (with {meta.partitions} partitions and "
                 f"config {dict(meta.config)})")
-        await self.request_stable()
+        if logged:  # a topic the log knew already needs no new head (a writer's exist_ok)
+            await self.request_stable()
         return await self.describe_topic(name)
 
     async def describe_topic(self, name: str) -> Reply:

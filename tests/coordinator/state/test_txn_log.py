@@ -167,3 +167,76 @@ def test_a_takeover_on_a_pruned_offset_is_fenced_not_replayed(every_root: str) -
         await a.close()
 
     asyncio.run(scenario())
+
+
+def _objects(storage: Storage) -> list[str]:
+    return sorted(o.name for o in storage.list(TRANSACTION_STATE_DIR)
+                  if o.name.endswith(".log"))
+
+
+def test_lazy_records_ride_in_the_next_eager_append(tmp_path) -> None:
+    """A lazy append starts no write: it goes out with the next eager one, in the same
+    object and before it (the log is sequential), so what depends on it is durable after."""
+    storage = Storage.for_url(str(tmp_path))
+
+    async def scenario() -> None:
+        fatal: list[BaseException] = []
+        log = TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
+                     on_fatal=fatal.append, snapshot_every_records=10**9,
+                     snapshot_every_objects=10**9, snapshot_every_s=10**9,
+                     lazy_linger_s=3600)
+        log.start()
+        await log.append([_takeover(1, 0)])
+        before = _objects(storage)
+        lazy = [log.append([_takeover(1, i)], lazy=True) for i in range(1, 4)]
+        await asyncio.sleep(0.3)
+        assert _objects(storage) == before and not any(f.done() for f in lazy)
+        await log.append([_takeover(1, 4)])
+        assert all(f.done() for f in lazy)
+        assert len(_objects(storage)) == len(before) + 1  # one object for all four
+        assert [r.data["log_offset"] for r in recover(storage).records][-4:] == [1, 2, 3, 4]
+        await log.close()
+        assert not fatal
+
+    asyncio.run(scenario())
+
+
+def test_lazy_records_are_written_by_sync_or_when_the_linger_is_over(tmp_path) -> None:
+    storage = Storage.for_url(str(tmp_path))
+
+    async def scenario() -> None:
+        log = TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
+                     on_fatal=lambda exc: None, snapshot_every_records=10**9,
+                     snapshot_every_objects=10**9, snapshot_every_s=10**9,
+                     lazy_linger_s=0.2)
+        log.start()
+        first = log.append([_takeover(1, 0)], lazy=True)
+        await asyncio.wait_for(first, 30)  # the linger ran out: written on its own
+        assert len(_objects(storage)) == 1
+        log.lazy_linger_s = 3600
+        second = log.append([_takeover(1, 1)], lazy=True)
+        await log.sync()  # an answer that changes nothing still waits for what it saw
+        assert second.done() and len(_objects(storage)) == 2
+        await log.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_halted_log_loses_lazy_records_and_nothing_after_them(tmp_path) -> None:
+    """SIGKILL before a lazy record was written: it is gone, and so is everything queued
+    after it; recovery ends where the last eager append ended."""
+    storage = Storage.for_url(str(tmp_path))
+
+    async def scenario() -> None:
+        log = TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
+                     on_fatal=lambda exc: None, snapshot_every_records=10**9,
+                     snapshot_every_objects=10**9, snapshot_every_s=10**9,
+                     lazy_linger_s=3600)
+        log.start()
+        await log.append([_takeover(1, 0)])
+        log.append([_takeover(1, 1)], lazy=True)
+        await asyncio.sleep(0.3)  # long enough for an eager append to be written
+        await log.halt()
+        assert recover(storage).next_offset == 1
+
+    asyncio.run(scenario())
