@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
     from txnlog.coordinator.schema_registry.catalog import SchemaCatalog
 
-    from .value_decoding import ValueDecoding
-
 _SIMPLE = {"string": "StringType", "integer": "LongType", "number": "DoubleType",
            "boolean": "BooleanType"}
 
@@ -167,7 +165,9 @@ def converter(t: DataType, where: str = "") -> Callable[[Any], Any]:
 class JsonRecords:
     """JSON payloads converted to the reader schema's column type (see the docstring)."""
 
-    def __init__(self, catalog: SchemaCatalog, decoding: ValueDecoding) -> None:
+    def __init__(self, catalog: SchemaCatalog, decoding: Any) -> None:
+        """``decoding``: the column's ``value_decoding.ValueDecoding`` (not imported: that
+        module imports this one)."""
         from pyspark.sql.types import StructType
 
         self.catalog = catalog

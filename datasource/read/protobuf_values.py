@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType
     from txnlog.coordinator.schema_registry.catalog import SchemaCatalog
 
-    from .value_decoding import ValueDecoding
-
 _INT = ("TYPE_INT32", "TYPE_SINT32", "TYPE_SFIXED32")
 _LONG = ("TYPE_UINT32", "TYPE_FIXED32", "TYPE_INT64", "TYPE_SINT64", "TYPE_SFIXED64")
 _ULONG = ("TYPE_UINT64", "TYPE_FIXED64")
@@ -221,7 +219,9 @@ def _single_converter(f: Any) -> Callable | None:
 class ProtobufRecords:
     """Protobuf payloads parsed with the reader's message (see the module docstring)."""
 
-    def __init__(self, catalog: SchemaCatalog, decoding: ValueDecoding) -> None:
+    def __init__(self, catalog: SchemaCatalog, decoding: Any) -> None:
+        """``decoding``: the column's ``value_decoding.ValueDecoding`` (not imported: that
+        module imports this one)."""
         from google.protobuf import message_factory
 
         self.catalog = catalog
