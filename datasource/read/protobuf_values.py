@@ -72,7 +72,7 @@ def reader_message(catalog: SchemaCatalog, reader_id: int, message: str | None) 
     """The reader's message descriptor: ``message`` (a full name) or the file's first."""
     from txnlog.coordinator.schema_registry.dump_decoder import message_name
 
-    pool, fdp = _decoder(catalog).pool(reader_id)
+    pool, fdp = pools(catalog).pool(reader_id)
     if not fdp.message_type:
         raise InvalidOptionError(f"schema {reader_id} defines no message")
     name = message or message_name(fdp, [0])
@@ -85,7 +85,7 @@ def reader_message(catalog: SchemaCatalog, reader_id: int, message: str | None) 
 _decoders: dict[int, Any] = {}
 
 
-def _decoder(catalog: SchemaCatalog) -> Any:
+def pools(catalog: SchemaCatalog) -> Any:
     """The dump decoder's pools of descriptors, one per catalog (cached per schema id)."""
     from txnlog.coordinator.schema_registry.dump_decoder import ConfluentDecoder
 
@@ -246,7 +246,7 @@ class ProtobufRecords:
             stored = self.catalog.stored(sid)
             if stored.schema_type != "PROTOBUF":
                 raise ValueError(f"schema {sid} is {stored.schema_type}, not Protobuf")
-            _pool, fdp = _decoder(self.catalog).pool(sid)
+            _pool, fdp = pools(self.catalog).pool(sid)
             written = message_name(fdp, list(path))
             if written != self.name:
                 raise ValueError(f"it was written as message {written}, the read's message "

@@ -113,7 +113,11 @@ def ensure_topic(client: CoordinatorClient, opts: WriteOptions) -> None:
 
 class TxnlogBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        check_write_schema(schema, opts.topic)
+        check_write_schema(schema, opts.topic, frozenset(f.column for f in opts.framings))
+        if opts.framings:
+            from .framing import plan
+
+            opts = plan(opts)  # the schema ids every task frames with
         self.opts = opts
         client = coordinator_client(opts)
         self.endpoint = client.endpoint

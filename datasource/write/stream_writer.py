@@ -89,7 +89,11 @@ class TxnlogStreamWriter(DataSourceStreamArrowWriter):
 
         from .batch_writer import coordinator_client, ensure_topic
 
-        check_write_schema(schema, opts.topic)
+        check_write_schema(schema, opts.topic, frozenset(f.column for f in opts.framings))
+        if opts.framings:
+            from .framing import plan
+
+            opts = plan(opts)  # the schema ids every task frames with
         self.opts = opts
         client = coordinator_client(opts)
         self.endpoint = client.endpoint
