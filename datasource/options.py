@@ -48,8 +48,8 @@ WRITE = {
     "topic", "partitions", "compression", "compression.level", "transactional.id",
     "transaction.timeout.ms", "batch.size", "includeheaders",
     # struct key/value columns encoded with a registered schema and framed (write/framing.py)
-    "value.format", "value.subject", "value.schemaid", "value.message",
-    "key.format", "key.subject", "key.schemaid", "key.message",
+    "value.format", "value.subject", "value.schemaid", "value.message", "value.schema",
+    "key.format", "key.subject", "key.schemaid", "key.message", "key.schema",
 }
 # Spark's Kafka source: maxTriggerDelay defaults to 15 minutes (DEFAULT_MAX_TRIGGER_DELAY).
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
@@ -147,6 +147,7 @@ class Framing:
     subject: str | None = None
     schema_id: int | None = None
     message: str | None = None  # protobuf: the message's full name (default: the first)
+    schema: str | None = None  # writes: a schema to register under the subject first
 
 
 @dataclass(frozen=True)
@@ -499,7 +500,8 @@ def _framings(options: Mapping[str, str]) -> tuple[Framing, ...]:
     for column in ("key", "value"):
         fmt = (options.get(f"{column}.format") or "").strip().lower() or None
         if fmt is None:
-            if any(options.get(f"{column}.{o}") for o in ("subject", "schemaid", "message")):
+            if any(options.get(f"{column}.{o}")
+                   for o in ("subject", "schemaid", "message", "schema")):
                 raise InvalidOptionError(
                     f"options '{column}.subject', '{column}.schemaId' and '{column}.message' "
                     f"need '{column}.format' ({', '.join(VALUE_FORMATS)})")
@@ -511,8 +513,12 @@ def _framings(options: Mapping[str, str]) -> tuple[Framing, ...]:
         if message is not None and fmt != "protobuf":
             raise InvalidOptionError(f"option '{column}.message' applies to "
                                      f"{column}.format=protobuf only")
+        schema = options.get(f"{column}.schema") or None
+        schema_id = _int(options, f"{column}.schemaid", None, minimum=1)
+        if schema is not None and schema_id is not None:
+            raise InvalidOptionError(f"give one of '{column}.schema' and '{column}.schemaId'")
         out.append(Framing(column, fmt, options.get(f"{column}.subject") or None,
-                           _int(options, f"{column}.schemaid", None, minimum=1), message))
+                           schema_id, message, schema))
     return tuple(out)
 
 

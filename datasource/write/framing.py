@@ -6,8 +6,9 @@ confluent-kafka's deserializers and the txnlog source read it back.
 The schema is the one the registry holds in the root's ``_schemas`` (no registry server
 needed): ``<column>.schemaId``, else the latest live version of ``<column>.subject``, else
 of ``<topic>-<column>`` (the ``topic`` option). It is chosen once on the driver, so every
-task of a write frames with one id. The sink registers nothing: register a new schema with
-the registry (or a serializer) first.
+task of a write frames with one id. ``<column>.schema`` registers a schema under the
+subject first, with the schema registry's own code (the subject's compatibility level and
+mode, ids and versions claimed exclusively in storage, as a registry process does).
 
 Encoding: Avro with fastavro (strict: a row with a field the schema lacks, or without a
 field that has no default, is refused); JSON Schema as the row's JSON document (null fields
@@ -40,8 +41,9 @@ class ValueEncodeError(ValueError):
     """A row whose key or value does not fit the schema it is written with."""
 
 
-def plan(opts: WriteOptions) -> WriteOptions:
-    """``opts`` with every framed column's schema id fixed (checked on the driver)."""
+def plan(opts: WriteOptions, endpoint: str | None = None) -> WriteOptions:
+    """``opts`` with every framed column's schema id fixed (checked on the driver);
+    ``<column>.schema`` is registered first, through the coordinator at ``endpoint``."""
     if not opts.framings:
         return opts
     from txnlog.coordinator.schema_registry.catalog import SchemaNotFoundError, catalog_for
@@ -50,18 +52,14 @@ def plan(opts: WriteOptions) -> WriteOptions:
     out = []
     for f in opts.framings:
         try:
-            if f.schema_id is not None:
+            if f.schema is not None:
+                sid = register(opts, f, endpoint)
+                stored = catalog.stored(sid)
+            elif f.schema_id is not None:
                 stored = catalog.stored(f.schema_id)
                 sid = f.schema_id
             else:
-                subject = f.subject
-                if subject is None:
-                    if opts.topic is None:
-                        raise InvalidOptionError(
-                            f"{f.column}.format needs '{f.column}.subject' or "
-                            f"'{f.column}.schemaId' when the topic comes from a column")
-                    subject = f"{opts.topic}-{f.column}"
-                sid = catalog.latest(subject).id
+                sid = catalog.latest(_subject(opts, f)).id
                 stored = catalog.stored(sid)
         except SchemaNotFoundError as exc:
             raise InvalidOptionError(str(exc)) from None
@@ -69,11 +67,52 @@ def plan(opts: WriteOptions) -> WriteOptions:
         if stored.schema_type != want:
             raise InvalidOptionError(f"schema {sid} is {stored.schema_type}; "
                                      f"{f.column}.format={f.format} needs a {want} schema")
-        out.append(replace(f, schema_id=sid))
+        out.append(replace(f, schema_id=sid, schema=None))
     encoded = replace(opts, framings=tuple(out))
     for f in encoded.framings:
         _encoder(encoded, f)  # parse the schema (and find the message) on the driver
     return encoded
+
+
+def _subject(opts: WriteOptions, f: Framing) -> str:
+    if f.subject is not None:
+        return f.subject
+    if opts.topic is None:
+        raise InvalidOptionError(f"{f.column}.format needs '{f.column}.subject' or "
+                                 f"'{f.column}.schemaId' when the topic comes from a column")
+    return f"{opts.topic}-{f.column}"
+
+
+_registered: dict[tuple[str, str, str, str], int] = {}
+
+
+def register(opts: WriteOptions, f: Framing, endpoint: str | None) -> int:
+    """Register ``f.schema`` under the subject with the schema registry's own code (its
+    compatibility check, mode and exclusive id and version claims, as a registry process
+    does), returning the id: an existing version with the same schema answers its id."""
+    from txnlog.coordinator.schema_registry.errors import RegistryError
+    from txnlog.coordinator.schema_registry.registry import Registry
+    from txnlog.coordinator.schema_registry.store import SchemaStore
+
+    if endpoint is None:
+        raise InvalidOptionError(f"option '{f.column}.schema' needs the coordinator")
+    subject = _subject(opts, f)
+    key = (opts.root, subject, f.format, f.schema or "")
+    if key in _registered:  # a stream's writer is rebuilt for every micro-batch
+        return _registered[key]
+    kind = {"avro": {}, "protobuf": {"schemaType": "PROTOBUF"},
+            "json": {"schemaType": "JSON"}}[f.format]
+    store = SchemaStore(opts.root, endpoint, storage_options=opts.storage_options,
+                        credentials=opts.coordinator_credentials)
+    try:
+        sid = _registered[key] = int(Registry(store).register(
+            subject, {"schema": f.schema, **kind})["id"])
+        return sid
+    except RegistryError as exc:
+        raise InvalidOptionError(f"option '{f.column}.schema' cannot be registered under "
+                                 f"{subject!r}: {exc}") from None
+    finally:
+        store.close()
 
 
 def encode_batches(batches: Iterator[pa.RecordBatch], opts: WriteOptions

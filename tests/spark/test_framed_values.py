@@ -50,21 +50,15 @@ def test_the_sink_frames_avro_and_the_sources_decode_it(spark, file_root: str, c
         write(spark, file_root, coord, "fv", [
             ("a", ("ann", 1, ["x"], {"k": 1}, AT)), ("b", ("bob", 2, [], {}, None))],
             ddl, **{"value.format": "avro"})
-        id2 = registry.register("fv-value", {"schema": json.dumps(V2)})["id"]
-        # the latest version now has score: a row without it takes the default
+        # the sink registers the evolved schema (BACKWARD-compatible); a row without
+        # score takes the default
         write(spark, file_root, coord, "fv", [("c", ("cy", 3, [], {}, None))], ddl,
-              **{"value.format": "avro"})
+              **{"value.format": "avro", "value.schema": json.dumps(V2)})
+        id2 = registry.register("fv-value", {"schema": json.dumps(V2)})["id"]  # no new one
+        assert [v.id for v in registry.fresh().versions("fv-value")] == [id1, id2]
         write(spark, file_root, coord, "fv", [("d", ("di", 4, [], {}, None, 9.5))],
               "key string, value struct<name:string,n:bigint,tags:array<string>,"
               "attrs:map<string,int>,at:timestamp,score:double>", **{"value.format": "avro"})
-        # a row that does not fit: name is required by the schema
-        with pytest.raises(Exception, match=r"row 0 of this task's input does not fit the "
-                                            r"schema"):
-            write(spark, file_root, coord, "fv", [("e", (None, 5, [], {}, None))], ddl,
-                  **{"value.format": "avro"})
-        with pytest.raises(Exception, match="'nope-value' has no live version"):
-            write(spark, file_root, coord, "fv", [("e", ("e", 5, [], {}, None))], ddl,
-                  **{"value.format": "avro", "value.subject": "nope-value"})
     finally:
         store.close()
 
@@ -93,6 +87,35 @@ def test_the_sink_frames_avro_and_the_sources_decode_it(spark, file_root: str, c
      .start().awaitTermination(120))
     streamed = spark.sql("SELECT * FROM fv_stream ORDER BY key").collect()
     assert [tuple(r)[1:] for r in streamed] == want
+
+
+@pytest.mark.spark
+@pytest.mark.slow  # each failed task is tried 4 times (local[2,4]): ~15 s
+def test_rows_and_schemas_that_do_not_fit_fail_the_write(spark, file_root: str,
+                                                         coord) -> None:
+    store = SchemaStore(file_root, coord.endpoint)
+    registry = Registry(store)
+    ddl = f"key string, value {VALUE_V1}"
+    try:
+        registry.register("fx-value", {"schema": json.dumps(V1)})
+        # name is required by the schema
+        with pytest.raises(Exception, match=r"row 0 of this task's input does not fit the "
+                                            r"schema it is written with: .*name"):
+            write(spark, file_root, coord, "fx", [("e", (None, 5, [], {}, None))], ddl,
+                  **{"value.format": "avro"})
+        bad = {**V1, "fields": [{"name": "name", "type": "long"}]}
+        with pytest.raises(Exception, match=r"cannot be registered under 'fx-value': .*"
+                                            r"incompatible"):
+            write(spark, file_root, coord, "fx", [("e", ("e", 5, [], {}, None))], ddl,
+                  **{"value.format": "avro", "value.schema": json.dumps(bad)})
+        with pytest.raises(Exception, match="'nope-value' has no live version"):
+            write(spark, file_root, coord, "fx", [("e", ("e", 5, [], {}, None))], ddl,
+                  **{"value.format": "avro", "value.subject": "nope-value"})
+        assert [v.id for v in registry.fresh().versions("fx-value")] == [
+            registry.register("fx-value", {"schema": json.dumps(V1)})["id"]]
+    finally:
+        store.close()
+    assert spark.read.format("txnlog").option("subscribe", "fx").load(file_root).count() == 0
 
 
 PING = """syntax = "proto3";
