@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pool, message_factory
+from pyspark.sql.types import StructType
 from registry_proc import Served
 from txnlog.coordinator.schema_registry.protobuf_schema import parse as parse_proto
 from txnlog.datasource.options import InvalidOptionError, parse_read_options
@@ -120,6 +121,15 @@ def test_protobuf_values_from_confluents_serializer_with_evolution(
         "value.schemaId": str(sr.get_version(f"{topic}-value", first).schema_id)})
     assert pinned["types"] == ["struct<n:int,who:string>"]
     assert [v and v["who"] for v in pinned["value"]] == ["w0", "w1", "x", "", None]
+    # a stream started before v2 keeps its column type: the newest version making it
+    opts = parse_read_options({"path": served.root, "subscribe": topic,
+                               "value.format": "protobuf"}, streaming=True)
+    latest = plan_all(opts)["value"]
+    kept = plan_all(opts, {"value": StructType.fromJson(json.loads(
+        '{"type":"struct","fields":[{"name":"n","type":"integer","nullable":true,'
+        '"metadata":{}},{"name":"who","type":"string","nullable":true,"metadata":{}}]}'))})
+    assert kept["value"].reader_id == sr.get_version(f"{topic}-value", first).schema_id
+    assert latest.reader_id == sr.get_latest_version(f"{topic}-value").schema_id
 
 
 def test_protobuf_message_options_and_a_nested_message(served: Served,

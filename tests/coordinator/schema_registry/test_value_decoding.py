@@ -79,6 +79,13 @@ def test_options_are_checked_when_the_read_is_planned(served: Served) -> None:
     with pytest.raises(InvalidOptionError, match=r"'value\.message' applies to value\.format="
                                                  "protobuf only"):
         parse_read_options(options(served, "readings", **{"value.message": "a.B"}))
+    with pytest.raises(InvalidOptionError, match=r"give one of 'value\.schema' and "):
+        from txnlog.datasource.options import parse_write_options
+
+        parse_write_options({"path": served.root, "topic": "t", "value.format": "avro",
+                             "value.schema": '"string"', "value.schemaId": "1"})
+    with pytest.raises(InvalidOptionError, match=r"unknown option 'value\.schema'"):
+        parse_read_options(options(served, "readings", **{"value.schema": '"string"'}))
     with pytest.raises(InvalidOptionError, match=r"need 'key\.format'"):
         parse_read_options({"path": served.root, "subscribe": "t", "key.schemaId": "3"})
     with pytest.raises(InvalidOptionError, match="'nothing-here-value' has no live version"):
