@@ -482,8 +482,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
             0 if options.get("minpartitions") is not None
             or options.get("maxrecordsperpartition") is not None
             else DEFAULT_MIN_RECORDS_PER_PARTITION, minimum=0) or 0,
-        value_format=framings[-1].format if framings and framings[-1].column == "value"
-        else None,
+        value_format=next((f.format for f in framings if f.column == "value"), None),
         value_subject=options.get("value.subject") or None,
         value_schema_id=_int(options, "value.schemaid", None, minimum=1),
         framings=framings,
