@@ -216,3 +216,55 @@ def test_a_json_value_that_does_not_fit_fails_with_its_offset(
     with pytest.raises(ValueDecodeError, match=r"offset 0 .* is AVRO, not JSON"):
         read_columns(served, other, **{"value.format": "json",
                                        "value.subject": "cols-json-bad-value"})
+
+
+WELL_KNOWN = """syntax = "proto3";
+package txnlogwk;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+import "google/protobuf/struct.proto";
+message Stamp {
+  google.protobuf.Timestamp at = 1;
+  google.protobuf.StringValue label = 2;
+  google.protobuf.Int64Value count = 3;
+  google.protobuf.Struct extra = 4;
+  oneof pick { string text = 5; int32 number = 6; }
+}
+"""
+
+
+def test_protobuf_well_known_types_and_oneofs(served: Served) -> None:
+    """Timestamp as timestamp, wrappers as their nullable value, Struct as JSON text, an
+    unset oneof member null; the schema registered as .proto text importing Google's
+    well-known types, the payload framed by hand ([0] as one 0 byte)."""
+    import datetime as dt
+
+    import httpx
+    from google.protobuf import struct_pb2, timestamp_pb2, wrappers_pb2
+    from txnlog import IdempotentProducer
+
+    http = httpx.Client(base_url=served.registry.url, timeout=60)
+    sid = http.post("/subjects/cols-wk-value/versions", json={
+        "schema": WELL_KNOWN, "schemaType": "PROTOBUF"}).json()["id"]
+    pool = descriptor_pool.DescriptorPool()
+    for m in (timestamp_pb2, wrappers_pb2, struct_pb2):
+        pool.AddSerializedFile(m.DESCRIPTOR.serialized_pb)
+    pool.Add(parse_proto(WELL_KNOWN.strip()))
+    stamp = message_factory.GetMessageClass(pool.FindMessageTypeByName("txnlogwk.Stamp"))
+    full = stamp(label={"value": "l"}, count={"value": 7}, text="t")
+    full.at.FromSeconds(1_700_000_000)
+    full.extra.update({"k": [1, "x"]})
+    head = b"\x00" + sid.to_bytes(4, "big") + b"\x00"
+    served.coord.client().create_topic("cols-wk", 1)
+    with IdempotentProducer(served.root, coordinator=served.coord.endpoint) as p:
+        p.send("cols-wk", head + full.SerializeToString())
+        p.send("cols-wk", head + stamp(number=3).SerializeToString())
+        p.flush()
+    got = read_columns(served, "cols-wk", **{"value.format": "protobuf"})
+    assert got["types"] == ["struct<at:timestamp,label:string,count:bigint,extra:string,"
+                            "text:string,number:int>"]
+    at = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
+    assert got["value"][0] == {"at": at, "label": "l", "count": 7,
+                               "extra": '{"k": [1.0, "x"]}', "text": "t", "number": None}
+    assert got["value"][1] == {"at": None, "label": None, "count": None, "extra": None,
+                               "text": None, "number": 3}
