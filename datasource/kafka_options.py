@@ -97,12 +97,15 @@ REFUSED: dict[str, str] = {
     "requires for its Kafka source too",
     "kafka.enable.auto.commit": "Spark never commits Kafka offsets; to commit a consumer "
     "group's offsets with txnlog use option 'groupId'",
-    "kafka.key.deserializer": "keys are always binary; cast them in the DataFrame "
-    "(e.g. CAST(key AS STRING))",
-    "kafka.value.deserializer": "values are always binary; cast them in the DataFrame "
-    "(e.g. CAST(value AS STRING))",
-    "kafka.key.serializer": "write a binary or string 'key' column",
-    "kafka.value.serializer": "write a binary or string 'value' column",
+    "kafka.key.deserializer": "keys are binary; cast them in the DataFrame "
+    "(e.g. CAST(key AS STRING)), or decode Confluent-framed keys with option 'key.format'",
+    "kafka.value.deserializer": "values are binary; cast them in the DataFrame "
+    "(e.g. CAST(value AS STRING)), or decode Confluent-framed values with option "
+    "'value.format'",
+    "kafka.key.serializer": "write a binary or string 'key' column, or a struct with "
+    "option 'key.format' (a registered schema)",
+    "kafka.value.serializer": "write a binary or string 'value' column, or a struct with "
+    "option 'value.format' (a registered schema)",
     "kafka.partitioner.class": "txnlog partitions as Kafka's default partitioner (murmur2 "
     "of the key); to choose partitions write a 'partition' column",
     "kafka.interceptor.classes": "txnlog runs no Kafka client to intercept",

@@ -38,14 +38,18 @@ READ = {
     "isolation.level", "includeheaders", "minpartitions", "maxrecordsperpartition",
     "minrecordsperpartition",
     "failondataloss", "pushfilters",
-    # Confluent-framed values decoded into a struct column (read/value_decoding.py)
-    "value.format", "value.subject", "value.schemaid",
+    # Confluent-framed keys and values decoded into typed columns (read/value_decoding.py)
+    "value.format", "value.subject", "value.schemaid", "value.message",
+    "key.format", "key.subject", "key.schemaid", "key.message",
 }
 STREAM_READ = {"maxoffsetspertrigger", "minoffsetspertrigger", "maxbytespertrigger", "groupid",
                "maxtriggerdelay"}
 WRITE = {
     "topic", "partitions", "compression", "compression.level", "transactional.id",
     "transaction.timeout.ms", "batch.size", "includeheaders",
+    # struct key/value columns encoded with a registered schema and framed (write/framing.py)
+    "value.format", "value.subject", "value.schemaid", "value.message", "value.schema",
+    "key.format", "key.subject", "key.schemaid", "key.message", "key.schema",
 }
 # Spark's Kafka source: maxTriggerDelay defaults to 15 minutes (DEFAULT_MAX_TRIGGER_DELAY).
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
@@ -119,14 +123,31 @@ class ReadOptions:
     coordinator_credentials: Credentials = field(default_factory=Credentials)
     # Ranges with fewer records share a Spark task (planning.pack_ranges); 0: never.
     min_records_per_partition: int = DEFAULT_MIN_RECORDS_PER_PARTITION
-    # value.format=avro: decode Confluent-framed values with the root's _schemas
+    # value.format/key.format: decode Confluent-framed values/keys with the root's _schemas
     value_format: str | None = None
     value_subject: str | None = None
     value_schema_id: int | None = None
+    framings: tuple[Framing, ...] = ()
 
     @property
     def read_committed(self) -> bool:
         return self.isolation_level == READ_COMMITTED
+
+    def framing(self, column: str) -> Framing | None:
+        return next((f for f in self.framings if f.column == column), None)
+
+
+@dataclass(frozen=True)
+class Framing:
+    """``<column>.format`` and its schema choice: a Confluent-framed key or value column
+    (``avro``, ``protobuf`` or ``json``), read from or written with the root's schemas."""
+
+    column: str  # "key" or "value"
+    format: str
+    subject: str | None = None
+    schema_id: int | None = None
+    message: str | None = None  # protobuf: the message's full name (default: the first)
+    schema: str | None = None  # writes: a schema to register under the subject first
 
 
 @dataclass(frozen=True)
@@ -143,6 +164,10 @@ class WriteOptions:
     batch_size: int
     checkpoint_location: str | None = None
     coordinator_credentials: Credentials = field(default_factory=Credentials)
+    framings: tuple[Framing, ...] = ()  # struct key/value columns encoded and framed
+
+    def framing(self, column: str) -> Framing | None:
+        return next((f for f in self.framings if f.column == column), None)
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -429,6 +454,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         raise InvalidOptionError(
             "give one of 'maxOffsetsPerTrigger' and 'maxBytesPerTrigger': a trigger has one "
             "upper limit")
+    framings = _framings(options)
     return ReadOptions(
         root=_root(options),
         storage_options=storage_options(options),
@@ -456,29 +482,43 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
             0 if options.get("minpartitions") is not None
             or options.get("maxrecordsperpartition") is not None
             else DEFAULT_MIN_RECORDS_PER_PARTITION, minimum=0) or 0,
-        value_format=_value_format(options, streaming),
+        value_format=next((f.format for f in framings if f.column == "value"), None),
         value_subject=options.get("value.subject") or None,
         value_schema_id=_int(options, "value.schemaid", None, minimum=1),
+        framings=framings,
     )
 
 
-VALUE_FORMATS = ("avro",)
+VALUE_FORMATS = ("avro", "protobuf", "json")
 
 
-def _value_format(options: Mapping[str, str], streaming: bool) -> str | None:
-    fmt = (options.get("value.format") or "").strip().lower() or None
-    if fmt is None:
-        if options.get("value.subject") or options.get("value.schemaid"):
-            raise InvalidOptionError("options 'value.subject' and 'value.schemaId' need "
-                                     "'value.format' (avro)")
-        return None
-    if fmt not in VALUE_FORMATS:
-        raise InvalidOptionError(f"option 'value.format' must be one of "
-                                 f"{', '.join(VALUE_FORMATS)}, not {fmt!r}")
-    if streaming:
-        raise InvalidOptionError("option 'value.format' applies to batch reads for now; "
-                                 "decode a stream's value column with a UDF")
-    return fmt
+def _framings(options: Mapping[str, str]) -> tuple[Framing, ...]:
+    """``key.format``/``value.format`` with their subject, schema id and message options
+    (key first), checked: a format named, the others only with a format."""
+    out = []
+    for column in ("key", "value"):
+        fmt = (options.get(f"{column}.format") or "").strip().lower() or None
+        if fmt is None:
+            if any(options.get(f"{column}.{o}")
+                   for o in ("subject", "schemaid", "message", "schema")):
+                raise InvalidOptionError(
+                    f"options '{column}.subject', '{column}.schemaId' and '{column}.message' "
+                    f"need '{column}.format' ({', '.join(VALUE_FORMATS)})")
+            continue
+        if fmt not in VALUE_FORMATS:
+            raise InvalidOptionError(f"option '{column}.format' must be one of "
+                                     f"{', '.join(VALUE_FORMATS)}, not {fmt!r}")
+        message = options.get(f"{column}.message") or None
+        if message is not None and fmt != "protobuf":
+            raise InvalidOptionError(f"option '{column}.message' applies to "
+                                     f"{column}.format=protobuf only")
+        schema = options.get(f"{column}.schema") or None
+        schema_id = _int(options, f"{column}.schemaid", None, minimum=1)
+        if schema is not None and schema_id is not None:
+            raise InvalidOptionError(f"give one of '{column}.schema' and '{column}.schemaId'")
+        out.append(Framing(column, fmt, options.get(f"{column}.subject") or None,
+                           schema_id, message, schema))
+    return tuple(out)
 
 
 def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) -> WriteOptions:
@@ -512,6 +552,7 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False) 
         batch_size=_int(options, "batch.size", 1 << 20, minimum=1024) or (1 << 20),
         checkpoint_location=options.get("checkpointlocation"),
         coordinator_credentials=_credentials(options),
+        framings=_framings(options),
     )
 
 

@@ -17,10 +17,12 @@ def read_ddl(include_headers: bool = False) -> str:
     return f"{READ_COLUMNS}, {HEADERS_COLUMN}" if include_headers else READ_COLUMNS
 
 
-def check_write_schema(schema: object, topic_option: str | None) -> None:
+def check_write_schema(schema: object, topic_option: str | None,
+                       framed: frozenset[str] = frozenset()) -> None:
     """Refuse a DataFrame a txnlog write cannot take, naming the column and the fix.
 
     Accepts a pyarrow schema or a Spark StructType (by field names and simple strings).
+    ``framed``: the columns (key, value) encoded with a schema (``value.format``): any type.
     """
     import pyarrow as pa  # only for an Arrow schema: the sink's commit process needs none
 
@@ -51,7 +53,7 @@ def check_write_schema(schema: object, topic_option: str | None) -> None:
             "a txnlog write needs a 'value' column (string or binary), e.g. "
             "df.selectExpr('CAST(id AS STRING) AS key', 'to_json(struct(*)) AS value')")
     for name, allowed in kinds.items():
-        if name in fields and fields[name] not in allowed:
+        if name in fields and name not in framed and fields[name] not in allowed:
             raise InvalidOptionError(
                 f"column {name!r} is {fields[name]}; txnlog needs one of {', '.join(allowed)}")
     if "timestamp" in fields and not fields["timestamp"].startswith("timestamp"):

@@ -33,14 +33,14 @@ class TxnlogDataSource(DataSource):
 
     def schema(self) -> str | StructType:
         headers = (self.options.get("includeHeaders") or "false").strip().lower() == "true"
-        if self.options.get("value.format"):
+        if self.options.get("value.format") or self.options.get("key.format"):
             from .options import parse_read_options
             from .read.projection import full_read_schema
-            from .read.value_decoding import plan
+            from .read.value_decoding import plan_all
 
-            decoding = plan(parse_read_options(self.options))
-            assert decoding is not None
-            return full_read_schema(headers, decoding.value_type())
+            decodings = plan_all(parse_read_options(self.options))
+            types = {c: d.value_type() for c, d in decodings.items()}
+            return full_read_schema(headers, types.get("value"), types.get("key"))
         return read_ddl(include_headers=headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -47,6 +47,20 @@ def message_indexes(payload: memoryview) -> tuple[list[int], int]:
     return out, pos
 
 
+def message_name(fdp: Any, path: list[int]) -> str:
+    """The full name of the message that message indexes ``path`` name in ``fdp``."""
+    if not path or path[0] >= len(fdp.message_type):
+        raise ValueError(f"message indexes {path} name no message of the schema")
+    msg = fdp.message_type[path[0]]
+    name = f"{fdp.package}.{msg.name}" if fdp.package else msg.name
+    for i in path[1:]:
+        if i >= len(msg.nested_type):
+            raise ValueError(f"message indexes {path} name no message of the schema")
+        msg = msg.nested_type[i]
+        name = f"{name}.{msg.name}"
+    return name
+
+
 class ConfluentDecoder:
     def __init__(self, catalog: SchemaCatalog) -> None:
         self.catalog = catalog
@@ -85,18 +99,19 @@ class ConfluentDecoder:
     def _decode_protobuf(self, sid: int, payload: memoryview) -> Any:
         from google.protobuf import json_format, message_factory
 
-        pool, fdp = self._proto_pools.get(sid) or self._pool(sid)
+        pool, fdp = self.pool(sid)
         path, start = message_indexes(payload)
-        msg = fdp.message_type[path[0]]
-        name = f"{fdp.package}.{msg.name}" if fdp.package else msg.name
-        for i in path[1:]:
-            msg = msg.nested_type[i]
-            name = f"{name}.{msg.name}"
+        name = message_name(fdp, path)
         cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
         parsed = cls.FromString(bytes(payload[start:]))
         return json.loads(json_format.MessageToJson(parsed))
 
-    def _pool(self, sid: int) -> tuple[Any, Any]:
+    def pool(self, sid: int) -> tuple[Any, Any]:
+        """A descriptor pool holding Protobuf schema ``sid`` (its references and Google's
+        well-known types too), and the schema's ``FileDescriptorProto``; cached per id."""
+        got = self._proto_pools.get(sid)
+        if got is not None:
+            return got
         from google.protobuf import descriptor_pool
 
         pool = descriptor_pool.DescriptorPool()

@@ -54,16 +54,24 @@ def input_partitions(pieces: list[OffsetRange], snapshot: StableSnapshot | None,
 
 
 class TxnlogBatchReader(DataSourceReader):
-    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+    def __init__(self, opts: ReadOptions, schema: StructType,
+                 decodings: dict[str, Any] | None = None) -> None:
+        """``decodings``: the framed columns' decodings, planned already (a stream plans
+        them once, not per micro-batch); else planned here for ``key.format``/
+        ``value.format``, keeping the column types ``schema`` was planned with."""
         self.opts = opts
-        self.decoding = None
-        if opts.value_format is not None:
-            from .value_decoding import plan
+        if decodings is None:
+            decodings = {}
+            if opts.framings:
+                from .value_decoding import plan_all
 
-            self.decoding = plan(opts)
+                want = {f.name: f.dataType for f in schema.fields if f.name in ("key", "value")}
+                decodings = plan_all(opts, want)
+        self.decodings = decodings
         self.needs_headers = check_requested_schema(
             schema, opts.include_headers,
-            self.decoding.value_type() if self.decoding is not None else None)
+            *(d.value_type() if (d := decodings.get(c)) is not None else None
+              for c in ("value", "key")))
         self.schema = schema
         self.filters: list[RowFilter] = []
 
@@ -116,11 +124,12 @@ class TxnlogBatchReader(DataSourceReader):
         target = arrow_schema(self.schema)
         storage = Storage.for_url(self.opts.root, self.opts.storage_options)
         step = _batch_rows()
-        decoder = None
-        if self.decoding is not None and "value" in target.names:
-            from .value_decoding import ValueDecoder
+        decoders = []
+        for column, decoding in self.decodings.items():
+            if column in target.names:
+                from .value_decoding import ValueDecoder
 
-            decoder = ValueDecoder(self.decoding, target.field("value").type)
+                decoders.append(ValueDecoder(decoding, target.field(column).type))
         for r, snap in zip(partition.ranges, partition.snapshots, strict=True):
             reader = PartitionReader(storage, r.topic, r.partition,
                                      isolation_level=self.opts.isolation_level,
@@ -133,7 +142,7 @@ class TxnlogBatchReader(DataSourceReader):
                     batch = apply(batch, self.filters)
                     if batch.num_rows == 0:
                         continue
-                if decoder is not None:
+                for decoder in decoders:
                     batch = decoder.decode(batch)
                 batch = project(batch, target)
                 if step and batch.num_rows > step:

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 
-def full_read_schema(include_headers: bool, value_type: DataType | None = None) -> StructType:
+def full_read_schema(include_headers: bool, value_type: DataType | None = None,
+                     key_type: DataType | None = None) -> StructType:
     """The read schema as a StructType, built without a JVM (planner workers have none);
-    ``value_type``: the decoded value's type (``value.format``) instead of binary."""
+    ``value_type``/``key_type``: the decoded value's/key's type (``value.format``,
+    ``key.format``) instead of binary."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -32,7 +34,7 @@ def full_read_schema(include_headers: bool, value_type: DataType | None = None) 
     )
 
     fields = [
-        StructField("key", BinaryType()),
+        StructField("key", key_type or BinaryType()),
         StructField("value", value_type or BinaryType()),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
@@ -47,9 +49,10 @@ def full_read_schema(include_headers: bool, value_type: DataType | None = None) 
 
 
 def check_requested_schema(requested: StructType, include_headers: bool,
-                           value_type: DataType | None = None) -> bool:
+                           value_type: DataType | None = None,
+                           key_type: DataType | None = None) -> bool:
     """Validate a requested schema; returns whether the headers column is needed."""
-    full = {f.name: f.dataType for f in full_read_schema(True, value_type).fields}
+    full = {f.name: f.dataType for f in full_read_schema(True, value_type, key_type).fields}
     for f in requested.fields:
         if f.name not in full:
             raise InvalidOptionError(

@@ -91,7 +91,18 @@ def take_tails(cut: Mapping[TopicPartition, int], data_end: Mapping[TopicPartiti
 
 class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions, schema: StructType) -> None:
-        check_requested_schema(schema, opts.include_headers)
+        # key.format/value.format: planned once per query run, keeping the column types
+        # the query was started with (the newest schema version that still makes them)
+        self.decodings: dict[str, Any] = {}
+        if opts.framings:
+            from .value_decoding import plan_all
+
+            self.decodings = plan_all(opts, {f.name: f.dataType for f in schema.fields
+                                             if f.name in ("key", "value")})
+        check_requested_schema(
+            schema, opts.include_headers,
+            *(d.value_type() if (d := self.decodings.get(c)) is not None else None
+              for c in ("value", "key")))
         self.opts = opts
         self.schema = schema
         self._snapshot: StableSnapshot | None = None  # never go backwards within a run
@@ -379,7 +390,7 @@ class TxnlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # The batch reader's read path is stateless per partition: reuse it as is.
         from .batch_reader import TxnlogBatchReader
 
-        return TxnlogBatchReader(self.opts, self.schema).read(partition)
+        return TxnlogBatchReader(self.opts, self.schema, self.decodings).read(partition)
 
     def commit(self, end: dict) -> None:
         """With ``groupId``: commit the group's offsets unless a txnlog sink already did

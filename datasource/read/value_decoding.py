@@ -1,13 +1,17 @@
-"""``value.format=avro``: Confluent-framed values (magic byte 0, a 4-byte schema id, the
-Avro payload) decoded into a ``value`` struct column, with schemas read straight from the
+"""``key.format``/``value.format``: Confluent-framed keys and values (magic byte 0, a 4-byte
+schema id, the payload) decoded into typed columns, with schemas read straight from the
 root's ``_schemas`` topic (no registry server needed).
 
-The reader schema is chosen on the driver: ``value.schemaId``, else the latest live version
-of ``value.subject``, else of ``<topic>-value`` for a one-topic read; Spark's column type
-is that schema's. Each record is read with its own writer schema (its id), resolved to the
-reader schema by Avro's rules (fastavro), so records written before a schema evolved read
-with the new fields' defaults. A value that is not framed, or names an unknown id, fails
-the task naming its topic, partition and offset (Spark's FAILFAST); a null value is null.
+The reader schema is chosen on the driver: ``<column>.schemaId``, else the latest live
+version of ``<column>.subject``, else of ``<topic>-<column>`` for a one-topic read; Spark's
+column type is that schema's. Each record names its writer schema (its id) and is resolved
+to the reader schema by the schema type's own rules: Avro's resolution (fastavro), so
+records written before a schema evolved read with the new fields' defaults; Protobuf's wire
+compatibility (the bytes parsed with the reader's message: fields matched by number,
+unknown ones skipped; ``protobuf_values``); JSON Schema's open content model (the reader's
+properties taken from each document, missing ones null; ``json_values``). A value that is
+not framed, names an unknown id or does not fit fails the task naming its topic, partition
+and offset (Spark's FAILFAST); a null stays null.
 
 Avro to Spark: boolean, int, long, float, double, string, bytes as themselves; enum as
 string; fixed as binary; record as struct; array; map (string keys); a union of null and
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +33,16 @@ from ..options import InvalidOptionError
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import DataType
+    from txnlog.coordinator.schema_registry.catalog import SchemaCatalog
 
-    from ..options import ReadOptions
+    from ..options import Framing, ReadOptions
 
 _PRIMITIVE = {"boolean": "BooleanType", "int": "IntegerType", "long": "LongType",
               "float": "FloatType", "double": "DoubleType", "string": "StringType",
               "bytes": "BinaryType"}
+_SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json": "JSON"}
+_A_SCHEMA = {"avro": "an Avro schema", "protobuf": "a Protobuf schema",
+             "json": "a JSON Schema"}
 
 
 class ValueDecodeError(ValueError):
@@ -42,13 +51,16 @@ class ValueDecodeError(ValueError):
 
 @dataclass(frozen=True)
 class ValueDecoding:
-    """What the tasks need (pickled with the reader): where the schemas are, the reader
-    schema's id and the column type it makes."""
+    """What the tasks need (pickled with the reader): where the schemas are, which column,
+    its format, the reader schema's id (and Protobuf message) and the column type."""
 
     root: str
     storage_options: dict[str, str] = field(default_factory=dict)
     reader_id: int = 0
     value_type_json: str = ""
+    column: str = "value"
+    format: str = "avro"
+    message: str = ""  # protobuf: the reader message's full name
 
     def value_type(self) -> DataType:
         from pyspark.sql.types import StructType
@@ -56,41 +68,85 @@ class ValueDecoding:
         return StructType.fromJson(json.loads(self.value_type_json))
 
 
-def plan(opts: ReadOptions) -> ValueDecoding | None:
-    """The decoding a read asks for (None without ``value.format``), checked on the driver."""
-    if opts.value_format is None:
+def plan_all(opts: ReadOptions, want: dict[str, Any] | None = None
+             ) -> dict[str, ValueDecoding]:
+    """The decodings a read asks for, by column (key, value)."""
+    out = {}
+    for f in opts.framings:
+        d = plan(opts, f.column, (want or {}).get(f.column))
+        if d is not None:
+            out[f.column] = d
+    return out
+
+
+def plan(opts: ReadOptions, column: str = "value", want: DataType | None = None
+         ) -> ValueDecoding | None:
+    """The decoding of ``column`` a read asks for (None without ``<column>.format``),
+    checked on the driver. ``want``: the column type the query was planned with (a stream
+    restarted, or a read planned before a new version was registered): the newest version
+    of the subject that still makes that type is used."""
+    framing = opts.framing(column)
+    if framing is None:
         return None
     from txnlog.coordinator.schema_registry.catalog import SchemaNotFoundError, catalog_for
 
     catalog = catalog_for(opts.root, opts.storage_options)
     try:
-        if opts.value_schema_id is not None:
-            reader_id = opts.value_schema_id
-        else:
-            subject = opts.value_subject
-            if subject is None:
-                topics = opts.subscription.topics if opts.subscription.kind == "subscribe" \
-                    else tuple({t for t, _ in opts.subscription.assign})
-                if len(topics) != 1:
-                    raise InvalidOptionError("value.format needs 'value.subject' or "
-                                             "'value.schemaId' when reading several topics")
-                subject = f"{topics[0]}-value"
-            reader_id = catalog.latest(subject).id
-        parsed = catalog.parsed(reader_id)
+        candidates = _reader_ids(opts, framing, catalog)
+        decoding = None
+        for reader_id in candidates:
+            decoding = _plan_one(opts, framing, catalog, reader_id)
+            if want is None or decoding.value_type() == want:
+                return decoding
+        assert decoding is not None
+        return decoding  # the caller's schema check names the difference
     except SchemaNotFoundError as exc:
         raise InvalidOptionError(str(exc)) from None
-    if parsed.schema_type != "AVRO":
+
+
+def _reader_ids(opts: ReadOptions, framing: Framing, catalog: SchemaCatalog) -> list[int]:
+    """The reader schema's id, then (for a subject) the older versions' ids, newest first."""
+    if framing.schema_id is not None:
+        catalog.stored(framing.schema_id)
+        return [framing.schema_id]
+    subject = framing.subject
+    if subject is None:
+        topics = opts.subscription.topics if opts.subscription.kind == "subscribe" \
+            else tuple({t for t, _ in opts.subscription.assign})
+        if len(topics) != 1:
+            raise InvalidOptionError(f"{framing.column}.format needs '{framing.column}."
+                                     f"subject' or '{framing.column}.schemaId' when reading "
+                                     "several topics")
+        subject = f"{topics[0]}-{framing.column}"
+    latest = catalog.latest(subject)
+    return [latest.id] + [v.id for v in reversed(catalog.state.versions(subject))
+                          if v.id != latest.id]
+
+
+def _plan_one(opts: ReadOptions, framing: Framing, catalog: SchemaCatalog, reader_id: int
+              ) -> ValueDecoding:
+    from pyspark.sql.types import StructField, StructType
+
+    column, fmt = framing.column, framing.format
+    parsed = catalog.parsed(reader_id)
+    if parsed.schema_type != _SCHEMA_TYPES[fmt]:
         raise InvalidOptionError(f"schema {reader_id} is {parsed.schema_type}; "
-                                 "value.format=avro needs an Avro schema")
-    value_type = spark_type(parsed.parsed, parsed.context or {})
-    from pyspark.sql.types import StructType
+                                 f"{column}.format={fmt} needs {_A_SCHEMA[fmt]}")
+    message = ""
+    if fmt == "avro":
+        value_type = spark_type(parsed.parsed, parsed.context or {})
+    elif fmt == "protobuf":
+        from .protobuf_values import plan_message
 
+        message, value_type = plan_message(catalog, reader_id, framing.message)
+    else:
+        from .json_values import spark_type as json_type
+
+        value_type = json_type(parsed.parsed)
     if not isinstance(value_type, StructType):
-        from pyspark.sql.types import StructField
-
-        value_type = StructType([StructField("value", value_type)])
+        value_type = StructType([StructField(column, value_type)])
     return ValueDecoding(opts.root, dict(opts.storage_options), reader_id,
-                         json.dumps(value_type.jsonValue()))
+                         json.dumps(value_type.jsonValue()), column, fmt, message)
 
 
 def spark_type(schema: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()
@@ -140,23 +196,20 @@ def spark_type(schema: Any, named: dict[str, Any], seen: frozenset[str] = frozen
     raise InvalidOptionError(f"value.format=avro: Avro type {kind!r} is not supported")
 
 
-class ValueDecoder:
-    """Decodes the value column of the tasks' batches (one per reader, built in the task)."""
+def _wrapped_schema(parsed: Any) -> bool:
+    return not (isinstance(parsed, dict) and parsed.get("type") in ("record", "error"))
 
-    def __init__(self, decoding: ValueDecoding, arrow_type: pa.DataType) -> None:
-        from txnlog.coordinator.schema_registry.catalog import catalog_for
 
+class AvroRecords:
+    """Avro payloads read with their writer schema, resolved to the reader's."""
+
+    def __init__(self, catalog: SchemaCatalog, decoding: ValueDecoding) -> None:
+        self.catalog = catalog
         self.decoding = decoding
-        self.arrow_type = arrow_type
-        self.catalog = catalog_for(decoding.root, decoding.storage_options)
         self._writers: dict[int, Any] = {}
         self._shortcuts: dict[int, list[tuple[str, bool, Any]] | None] = {}
         self.reader = self._fastavro_schema(decoding.reader_id)
-        self._wrapped = not self._is_record(decoding.reader_id)
-
-    def _is_record(self, schema_id: int) -> bool:
-        parsed = self.catalog.parsed(schema_id).parsed
-        return isinstance(parsed, dict) and parsed.get("type") in ("record", "error")
+        self.wrapped = _wrapped_schema(self.catalog.parsed(decoding.reader_id).parsed)
 
     def _fastavro_schema(self, schema_id: int) -> Any:
         """The schema as fastavro's reader takes it (named types of references inside)."""
@@ -205,12 +258,52 @@ class ValueDecoder:
         self._shortcuts[schema_id] = plan_
         return plan_
 
-    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        import pyarrow as pa
+    def __call__(self, sid: int, v: bytes) -> Any:
         from fastavro import schemaless_reader
 
-        values = batch.column("value").to_pylist()
+        writer = self._fastavro_schema(sid)
+        buf = io.BytesIO(v)
+        buf.seek(5)
+        if sid == self.decoding.reader_id:
+            rec = schemaless_reader(buf, writer, None)
+        elif (shortcut := self._shortcut(sid)) is not None:
+            raw = schemaless_reader(buf, writer, None)
+            rec = {name: raw[name] if from_writer else default
+                   for name, from_writer, default in shortcut}
+        else:
+            rec = schemaless_reader(buf, writer, self.reader)
+        return {self.decoding.column: rec} if self.wrapped else rec
+
+
+class ValueDecoder:
+    """Decodes one framed column of the tasks' batches (one per reader and column, built
+    in the task): the framing checked here, the payload by the format's records reader."""
+
+    def __init__(self, decoding: ValueDecoding, arrow_type: pa.DataType) -> None:
+        from txnlog.coordinator.schema_registry.catalog import catalog_for
+
+        self.decoding = decoding
+        self.arrow_type = arrow_type
+        self.catalog = catalog_for(decoding.root, decoding.storage_options)
+        self.records: Callable[[int, bytes], Any]
+        if decoding.format == "avro":
+            self.records = AvroRecords(self.catalog, decoding)
+        elif decoding.format == "protobuf":
+            from .protobuf_values import ProtobufRecords
+
+            self.records = ProtobufRecords(self.catalog, decoding)
+        else:
+            from .json_values import JsonRecords
+
+            self.records = JsonRecords(self.catalog, decoding)
+
+    def decode(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        name = self.decoding.column
+        values = batch.column(name).to_pylist()
         out: list[Any] = []
+        records = self.records
         for i, v in enumerate(values):
             if v is None:
                 out.append(None)
@@ -220,24 +313,17 @@ class ValueDecoder:
                                                    "format (magic byte 0, schema id)"))
             sid = int.from_bytes(v[1:5], "big")
             try:
-                writer = self._fastavro_schema(sid)
-                buf = io.BytesIO(v)
-                buf.seek(5)
-                if sid == self.decoding.reader_id:
-                    rec = schemaless_reader(buf, writer, None)
-                elif (shortcut := self._shortcut(sid)) is not None:
-                    raw = schemaless_reader(buf, writer, None)
-                    rec = {name: raw[name] if from_writer else default
-                           for name, from_writer, default in shortcut}
-                else:
-                    rec = schemaless_reader(buf, writer, self.reader)
+                out.append(records(sid, v))
             except Exception as exc:
                 raise ValueDecodeError(self._where(batch, i, f"(schema id {sid}) cannot be "
                                                    f"decoded: {exc}")) from None
-            out.append({"value": rec} if self._wrapped else rec)
-        column = self._column(out)
-        idx = batch.schema.get_field_index("value")
-        return batch.set_column(idx, pa.field("value", self.arrow_type), column)
+        try:
+            column = self._column(out)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise ValueDecodeError(f"the {name}s from {self._at(batch, 0)} on do not fit "
+                                   f"the column type {self.arrow_type}: {exc}") from None
+        idx = batch.schema.get_field_index(name)
+        return batch.set_column(idx, pa.field(name, self.arrow_type), column)
 
     def _column(self, rows: list[Any]) -> pa.Array:
         """The struct column, built field by field (pyarrow converts a list of dicts into a
@@ -248,13 +334,15 @@ class ValueDecoder:
         if not pa.types.is_struct(t):
             return pa.array(rows, type=t)
         mask = pa.array([r is None for r in rows], pa.bool_())
-        children = [pa.array([None if r is None else r[f.name] for r in rows], type=f.type)
-                    for f in t]
+        children = [pa.array([None if r is None else r.get(f.name) for r in rows],
+                             type=f.type) for f in t]
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
 
     @staticmethod
-    def _where(batch: pa.RecordBatch, i: int, what: str) -> str:
+    def _at(batch: pa.RecordBatch, i: int) -> str:
         names = batch.schema.names
-        at = ", ".join(f"{n} {batch.column(n)[i].as_py()}" for n in ("topic", "partition",
-                                                                       "offset") if n in names)
-        return f"the value at {at} {what}"
+        return ", ".join(f"{n} {batch.column(n)[i].as_py()}" for n in ("topic", "partition",
+                                                                        "offset") if n in names)
+
+    def _where(self, batch: pa.RecordBatch, i: int, what: str) -> str:
+        return f"the {self.decoding.column} at {self._at(batch, i)} {what}"

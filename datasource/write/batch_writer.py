@@ -115,10 +115,14 @@ def ensure_topic(client: CoordinatorClient, opts: WriteOptions) -> None:
 
 class TxnlogBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        check_write_schema(schema, opts.topic)
-        self.opts = opts
+        check_write_schema(schema, opts.topic, frozenset(f.column for f in opts.framings))
         client = coordinator_client(opts)
         self.endpoint = client.endpoint
+        if opts.framings:
+            from .framing import plan
+
+            opts = plan(opts, client.endpoint)  # the schema ids every task frames with
+        self.opts = opts
         ensure_topic(client, opts)
         # The write's own id carries this one transaction only: declared one-shot, the
         # coordinator drops it a retention period after the transaction ends instead of

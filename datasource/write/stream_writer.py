@@ -89,10 +89,14 @@ class TxnlogStreamWriter(DataSourceStreamArrowWriter):
 
         from .batch_writer import coordinator_client, ensure_topic
 
-        check_write_schema(schema, opts.topic)
-        self.opts = opts
+        check_write_schema(schema, opts.topic, frozenset(f.column for f in opts.framings))
         client = coordinator_client(opts)
         self.endpoint = client.endpoint
+        if opts.framings:
+            from .framing import plan
+
+            opts = plan(opts, client.endpoint)  # the schema ids every task frames with
+        self.opts = opts
         key = (opts.root, opts.topic, opts.partitions)
         if opts.topic is not None and key not in _TOPICS_CHECKED:
             # Rebuilt twice every batch (for the tasks and for the commit), in reused planner

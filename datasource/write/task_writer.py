@@ -289,6 +289,10 @@ def run_task(iterator: Iterator[pa.RecordBatch], opts: WriteOptions, client: Coo
         flush_bytes = _flush_bytes(ctx)
         writer = TaskWriter(opts, client, member_id, member_epoch, flush_bytes,
                             overlap=flush_bytes == FLUSH_BYTES)
+        if opts.framings:
+            from .framing import encode_batches
+
+            iterator = encode_batches(iterator, opts)
         for batch in iterator:
             if beat.error is not None:
                 raise beat.error

@@ -76,8 +76,18 @@ def test_options_are_checked_when_the_read_is_planned(served: Served) -> None:
         parse_read_options(options(served, "readings", **{"value.format": "xml"}))
     with pytest.raises(InvalidOptionError, match=r"need 'value\.format'"):
         parse_read_options({"path": served.root, "subscribe": "t", "value.subject": "s"})
-    with pytest.raises(InvalidOptionError, match="batch reads"):
-        parse_read_options(options(served, "readings"), streaming=True)
+    with pytest.raises(InvalidOptionError, match=r"'value\.message' applies to value\.format="
+                                                 "protobuf only"):
+        parse_read_options(options(served, "readings", **{"value.message": "a.B"}))
+    with pytest.raises(InvalidOptionError, match=r"give one of 'value\.schema' and "):
+        from txnlog.datasource.options import parse_write_options
+
+        parse_write_options({"path": served.root, "topic": "t", "value.format": "avro",
+                             "value.schema": '"string"', "value.schemaId": "1"})
+    with pytest.raises(InvalidOptionError, match=r"unknown option 'value\.schema'"):
+        parse_read_options(options(served, "readings", **{"value.schema": '"string"'}))
+    with pytest.raises(InvalidOptionError, match=r"need 'key\.format'"):
+        parse_read_options({"path": served.root, "subscribe": "t", "key.schemaId": "3"})
     with pytest.raises(InvalidOptionError, match="'nothing-here-value' has no live version"):
         plan(parse_read_options(options(served, "nothing-here")))
     with pytest.raises(InvalidOptionError, match="schema id 999999 is not in"):
@@ -124,7 +134,7 @@ def test_the_projection_shortcut_equals_avros_resolution(served: Served, namespa
     assert decoding is not None
     decoder = ValueDecoder(decoding, arrow_schema(
         full_read_schema(False, decoding.value_type())).field("value").type)
-    assert (decoder._shortcut(wid["id"]) is not None) is shortcut
+    assert (decoder.records._shortcut(wid["id"]) is not None) is shortcut  # type: ignore[attr-defined]
     value = framed(wid["id"], w, {"id": 7, "gone": "x", "inner": {"x": 3}})
     batch = pa.RecordBatch.from_pydict({"value": [value], "topic": ["shortcut"],
                                         "partition": [0], "offset": [0]})
