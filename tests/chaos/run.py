@@ -51,11 +51,14 @@ BUCKET = "txnlog-chaos"
 # Spark classes: a Spark driver (batch writes, batch reads, a stream) beside the producers.
 SPARK_FAULTS = ("spark-driver-kill", "spark-driver-pause", "spark-worker-kill")
 FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
-               "zombie", "two-coordinators", "client-kill", "disk-full", "mixed",
+               "zombie", "two-coordinators", "client-kill", "writer-kill-mid-flush",
+               "disk-full", "mixed",
                *SPARK_FAULTS, *GATEWAY_FAULTS)
 S3_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
-             "zombie", "two-coordinators", "client-kill", "s3-pause", "s3-restart",
-             "s3-proxy", "merge-worker", "mixed", *SPARK_FAULTS, *GATEWAY_FAULTS)
+             "zombie", "two-coordinators", "client-kill", "writer-kill-mid-flush", "s3-pause",
+             "s3-restart", "s3-proxy", "merge-worker", "mixed", *SPARK_FAULTS, *GATEWAY_FAULTS)
+# writer-kill-mid-flush: per flush, the chance a producer dies between put and confirm
+KILL_AFTER_PUT_P = 0.04
 MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "zombie",
            "two-coordinators", "client-kill", "disk-full", "s3-pause", "s3-restart",
            "s3-proxy", "merge-worker")
@@ -391,7 +394,9 @@ class Scenario:
                 "--txns", str(txns or p.txns_per_producer),
                 "--duration", str(duration or p.duration), "--zombie-p", str(zombie_p),
                 "--one-shot-p", str(ONE_SHOT_P),
-                "--one-shot-retention-ms", str(ONE_SHOT_RETENTION_MS)]
+                "--one-shot-retention-ms", str(ONE_SHOT_RETENTION_MS),
+                "--kill-after-put-p",
+                str(KILL_AFTER_PUT_P if self.fault == "writer-kill-mid-flush" else 0.0)]
         proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(self.dir / f"w{w}.log", "wb"),  # noqa: SIM115
@@ -432,6 +437,7 @@ class Scenario:
             "zombie": self.f_zombie,
             "two-coordinators": self.f_two_coordinators,
             "client-kill": self.f_client_kill,
+            "writer-kill-mid-flush": self.f_writer_kill_mid_flush,
             "disk-full": self.f_disk_full,
             "s3-pause": self.f_s3_pause,
             "s3-restart": self.f_s3_restart,
@@ -736,6 +742,16 @@ class Scenario:
         _signal(self.producers[w].pid, signal.SIGKILL)
         self.producers[w].wait(10)
         self.start_producer(duration=max(2.0, self.remaining()))
+
+    def f_writer_kill_mid_flush(self) -> None:
+        """Producers of this class SIGKILL themselves between a flush's put and its confirm
+        (``--kill-after-put-p``); start a new one in place of each that died so."""
+        for w, proc in list(self.producers.items()):
+            if proc.poll() == -signal.SIGKILL:
+                self.note("producer-killed-after-put", worker=w, pid=proc.pid)
+                del self.producers[w]
+                if self.remaining() > 2.0:
+                    self.start_producer(duration=self.remaining())
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()

@@ -130,8 +130,28 @@ class ProducerWorker:
                 self.hist.write("info", what="init", outcome=classify(exc), error=err(exc),
                                 t0=t0)
                 raise
+            if self.args.kill_after_put_p:
+                self.arm_kill_after_put(p)
             self.producer = p
         return self.producer
+
+    def arm_kill_after_put(self, producer: TransactionalProducer) -> None:
+        """With probability ``--kill-after-put-p`` per flush, SIGKILL this process once the
+        flush's shared object is put and before its confirm is sent (the writer-kill-mid-flush
+        class): the object is on storage, named by no confirm, and must never be read."""
+        writer = producer._writer
+        write = writer.write
+
+        def write_then_maybe_die(reservation: Any) -> Any:
+            out = write(reservation)
+            if self.rng.random() < self.args.kill_after_put_p:
+                self.hist.write("info", what="killed-after-put",
+                                objects=sorted({w.object for w in out if w.object}))
+                self.hist.close()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+
+        writer.write = write_then_maybe_die  # type: ignore[method-assign]
 
     def drop_producer(self) -> None:
         self.producer = None  # the next init fences it and aborts what it left
@@ -507,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zombie-p", type=float, default=0.0)
     ap.add_argument("--late-write-p", type=float, default=0.5,
                     help="share of zombies that stop between reserve and put-if-absent")
+    ap.add_argument("--kill-after-put-p", type=float, default=0.0,
+                    help="per flush: SIGKILL the producer between its put and its confirm")
     ap.add_argument("--txn-timeout-ms", type=int, default=3000)
     ap.add_argument("--rpc-timeout", type=float, default=10.0)
     ap.add_argument("--rpc-retry", type=float, default=2.0)
