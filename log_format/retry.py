@@ -13,7 +13,6 @@ the nominal delay (a burst of 503s needs a real pause).
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -118,4 +117,6 @@ async def retry_async(fn: Callable[[], Awaitable[T]], policy: RetryPolicy, retry
             attempt += 1
             if on_retry is not None:
                 on_retry(attempt, exc, wait)
+            import asyncio  # here: a blocking caller (a Spark task) never imports it
+
             await asyncio.sleep(wait)

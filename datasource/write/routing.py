@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from txnlog.coordinator.client.segment_writer import Partitioner
 from txnlog.coordinator.errors import InvalidRecordError
 from txnlog.coordinator.topic_config import null_key_error
@@ -81,6 +80,8 @@ class Router:
                 raise InvalidOptionError(
                     "a row has a null 'topic' and no topic option is set; every row needs a "
                     "topic")
+            import pyarrow.compute as pc  # only with a topic column: ~30 ms to import
+
             encoded = pc.dictionary_encode(col)
             topics = [str(t) for t in encoded.dictionary.to_pylist()]
             topic_codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)

@@ -269,3 +269,43 @@ def test_an_aborted_tail_joins_only_where_it_is_invisible(file_root: str, level:
         assert len(values) == (40 if level == "read_committed" else 46)
         rows = sorted((p, o) for b in batches for p, o, _ in b)
         assert len(rows) == len(set(rows))
+
+
+def test_many_small_transactions_ending_on_an_aborted_one(file_root: str) -> None:
+    """Ten committed transactions of 4 records per partition, then an aborted one of 3: per
+    partition offsets 0-49 alternate 4 records and a COMMIT marker (the last record is 48),
+    50-52 aborted data, 53 its ABORT marker. The markers between records take offsets of the
+    budget as in Kafka, but the tail after the last visible record (49-53) makes no micro-batch
+    of its own: 98 offsets of data at 49 per trigger drain in 2 micro-batches (counting every
+    offset: 3, the last one returning no row), the last ending at the LSO, every record read
+    once, and the lag follows the true offsets."""
+    with CoordinatorProc(file_root) as coord:
+        coord.client().create_topic("t", 2)
+        with TransactionalProducer(file_root, "small", coordinator=coord.endpoint) as p:
+            p.init_transactions()
+            for t in range(10):
+                p.begin_transaction()
+                for i in range(8):
+                    p.send("t", b"v%d-%d" % (t, i), key=b"k", partition=i % 2)
+                p.commit_transaction()
+            p.begin_transaction()
+            for i in range(6):
+                p.send("t", b"ABORTED", key=b"a", partition=i % 2)
+            p.flush()  # written to storage, then aborted by markers
+            p.abort_transaction()
+        lso = {("t", 0): 54, ("t", 1): 54}
+        r = _reader(file_root, maxOffsetsPerTrigger="49")
+        ends, batches, lags = _drain(r, ReadMaxRows(49))
+        assert ends == [{("t", 0): 25, ("t", 1): 24}, lso]
+        assert all(batches)  # no micro-batch without a record
+        rows = sorted((p, o) for b in batches for p, o, _ in b)
+        assert len(rows) == len(set(rows)) == 80
+        assert {o for _, o in rows} == {o for o in range(49) if o % 5 != 4}
+        assert b"ABORTED" not in [v for b in batches for _, _, v in b]
+        assert [(lag["minOffsetsBehindLatest"], lag["maxOffsetsBehindLatest"])
+                for lag in lags] == [("29", "30"), ("0", "0")]
+        # Counting every offset, as Spark's Kafka source does, takes a third micro-batch:
+        cur, counted = {tp: 0 for tp in lso}, 0
+        while cur != lso:
+            cur, counted = stream_reader.rate_limit(cur, lso, 49), counted + 1
+        assert counted == 3

@@ -52,8 +52,11 @@ WORKLOAD = textwrap.dedent("""
     assert isinstance(view, memoryview), type(view)
     got = decode_to_arrow(view, topic="t", partition=0, start_offset=0, end_offset=n,
                           aborted=AbortedFilter([])).batch.num_rows
+    from numba.core import entrypoints
     print(json.dumps({"rows": got, "expected": len(rows), "kernels": kernel_cache_stats(),
-                      "full_refresh": "numba.np.linalg" in sys.modules}))
+                      "full_refresh": "numba.np.linalg" in sys.modules,
+                      "entry_points": entrypoints._already_initialized,
+                      "crc32c_package": "crc32c" in sys.modules}))
 """)
 
 
@@ -86,6 +89,10 @@ def test_a_fresh_process_compiles_no_kernel(tmp_path: Path) -> None:
         # Loaded without numba's whole-target refresh (kernel_loading): its lowering
         # registries (numba.np.linalg, which imports SciPy, ...) were never imported.
         assert not out["full_refresh"]
+        # nor numba's scan of every distribution's entry points, nor the crc32c package's
+        # own version lookup (kernel_loading, codec.crc): ~70 ms of a fresh worker's CPU
+        assert not out["entry_points"]
+        assert not out["crc32c_package"]
 
 
 def test_warm_up_loads_every_kernel_from_the_cache() -> None:
@@ -107,3 +114,28 @@ def test_stream_driver_processes_import_no_numba() -> None:
             "print(sorted(m for m in ('numba', 'pyarrow.compute', 'fsspec') "
             "if m in sys.modules))")
     assert _run(code) == "[]"
+
+
+def test_a_read_imports_no_encode_side(tmp_path: Path) -> None:
+    """A read task decodes, never encodes: the codec's decode names load without the encode
+    module and pyarrow.compute (~0.06 s of a fresh Spark worker's CPU), and a cache miss
+    still compiles with numba's extension entry points run first."""
+    code = ("import sys\n"
+            "from txnlog.log_format.arrow.arrow_codec import AbortedFilter, decode_to_arrow, "
+            "read_schema, scan_batches\n"
+            "print(sorted(m for m in ('txnlog.log_format.arrow.arrow_encode', "
+            "'pyarrow.compute', 'crc32c') if m in sys.modules))")
+    assert _run(code) == "[]"
+    from txnlog.log_format.arrow import arrow_codec
+
+    assert arrow_codec.encode_arrow.__module__.endswith("arrow_encode")
+    # A miss (an empty cache of its own): the kernel compiles, entry points initialised.
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty-cache")}
+    miss = ("from txnlog.log_format.codec.partitioner import partitions_for_keys\n"
+            "import pyarrow as pa\n"
+            "from numba.core import entrypoints\n"
+            "from txnlog.log_format.arrow.warmup import kernel_cache_stats\n"
+            "print(list(partitions_for_keys(pa.array([b'a', b'b']), 3)), "
+            "entrypoints._already_initialized, "
+            "kernel_cache_stats()['partitioner._partitions']['misses'])")
+    assert _run(miss, env=env).endswith("True 1")
