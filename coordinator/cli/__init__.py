@@ -5,6 +5,8 @@
   only when used
 - ``admin_tools``: Kafka's admin tools (``topics``, ``groups``, ``transactions``,
   ``configs``, ``get-offsets``, ``delete-records``)
+- ``access_tools``: ``acls`` (kafka-acls' flags) and ``scram-credentials``: the root's
+  ACLs and SCRAM users
 
 ``python -m txnlog.coordinator.cli`` runs the same entry point (``__main__``).
 """
