@@ -204,9 +204,10 @@ class AclApis:
         if len(names) > MAX_ITEMS:
             return all_(INVALID_REQUEST, f"at most {MAX_ITEMS} changes per request")
         errors: dict[str, tuple[int, str]] = {}
-        counts: dict[str, int] = {}
-        for n in names:
-            counts[n] = counts.get(n, 0) + 1
+        counts: dict[tuple[str, int], int] = {}  # Kafka: a (user, mechanism) pair twice
+        for x in dels + ups:
+            key = (x.name, int(x.mechanism))
+            counts[key] = counts.get(key, 0) + 1
         current = self.store.state(0.0).users
         upserts: dict[tuple[str, str], ScramCredential] = {}
         deletions: set[tuple[str, str]] = set()
@@ -247,9 +248,10 @@ class AclApis:
              "error_message": errors.get(n, (NONE, None))[1]} for n in order]}
 
     @staticmethod
-    def _check(name: str, mechanism: int, counts: dict[str, int]) -> tuple[int, str] | None:
-        if counts.get(name, 0) > 1:
-            return DUPLICATE_RESOURCE, "a user may be altered once per request"
+    def _check(name: str, mechanism: int, counts: dict[tuple[str, int], int]
+               ) -> tuple[int, str] | None:
+        if counts.get((name, mechanism), 0) > 1:
+            return DUPLICATE_RESOURCE, "a user's mechanism may be altered once per request"
         try:
             check_user(name)
         except CredentialError as exc:

@@ -182,9 +182,9 @@ async def _metadata(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
             out["topics"] = [t for t in out.get("topics") or ()
                              if g.quiet_ok(Operation.DESCRIBE, RT.TOPIC, _get(t, "name"))]
         return out
-    if getattr(body, "allow_auto_topic_creation", False) and not g.cluster_ok(
-            Operation.CREATE) and not all(g.ok(Operation.CREATE, RT.TOPIC, t.name)
-                                          for t in topics):
+    if getattr(body, "allow_auto_topic_creation", False) and not g.quiet_ok(
+            Operation.CREATE, RT.CLUSTER, CLUSTER_NAME) and not all(
+            g.quiet_ok(Operation.CREATE, RT.TOPIC, t.name or "") for t in topics):
         body = dataclasses.replace(body, allow_auto_topic_creation=False)
     decide = g.topic(Operation.DESCRIBE)
     codes = [decide(t) for t in topics]
@@ -233,9 +233,10 @@ async def _init_producer_id(g: Guard, body: Any, version: int) -> dict[str, Any]
     if tid is not None:
         if not _txn(g, tid):
             return g.refuse_all(body, None, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    elif not (g.subject.super_user or g.cluster_ok(Operation.IDEMPOTENT_WRITE) or
+    elif not (g.quiet_ok(Operation.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER_NAME) or
               g.az.any_of_type(g.subject.principal, g.subject.host, Operation.WRITE,
                                RT.TOPIC)):
+        g.cluster_ok(Operation.IDEMPOTENT_WRITE)  # the refusal, audited
         return g.refuse_all(body, None, CLUSTER_AUTHORIZATION_FAILED)
     return await g.call(body)
 
@@ -305,13 +306,13 @@ def _groups(op: Operation, it: Items) -> Callable[[Guard, Any, int], Awaitable[A
 
 
 async def _create_topics(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
-    if g.cluster_ok(Operation.CREATE):
+    if g.quiet_ok(Operation.CREATE, RT.CLUSTER, CLUSTER_NAME):
         return await g.call(body)
     return await g.split(body, CREATE_TOPICS, g.topic(Operation.CREATE))
 
 
 async def _delete_topics(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
-    if g.cluster_ok(Operation.DELETE):
+    if g.quiet_ok(Operation.DELETE, RT.CLUSTER, CLUSTER_NAME):
         return await g.call(body)
     it = DELETE_TOPICS_V6 if hasattr(body, "topics") else DELETE_TOPICS
 
