@@ -422,3 +422,109 @@ def test_allow_everyone_if_no_acl_found(env: Env) -> None:
             assert closed not in md.topics
         finally:
             open_gw.stop()
+
+
+# ---- fuzz (last in this module: what it creates stays in the root) ------------------------
+class RawConn:
+    """One authenticated connection sending kio-encoded requests (SASL PLAIN as admin)."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.corr = 0
+        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+        assert self.send(17, 1, SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
+        auth = self.send(36, 2, SaslAuthenticateRequest(auth_bytes=b"\0admin\0admin-pw"))
+        assert auth.error_code == 0
+
+    def send(self, api_key: int, version: int, body: Any) -> Any:
+        import io
+        import struct
+
+        from kio.index import load_response_schema
+        from kio.serial import entity_reader, entity_writer
+        self.corr += 1
+        buf = io.BytesIO()
+        header_cls = type(body).__header_schema__
+        entity_writer(header_cls)(buf, header_cls(request_api_key=api_key,
+                                                  request_api_version=version,
+                                                  correlation_id=self.corr, client_id="fz"))
+        entity_writer(type(body))(buf, body)
+        data = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(data)) + data)
+        size = struct.unpack(">i", self._recv(4))[0]
+        frame = self._recv(size)
+        resp_cls = load_response_schema(api_key, version)
+        _h, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
+        return entity_reader(resp_cls)(frame, n)[0]
+
+    def _recv(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            assert chunk, "the gateway closed the connection"
+            out += chunk
+        return out
+
+
+def test_fuzz_acl_and_credential_apis(env: Env) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from kio.schema.alter_user_scram_credentials.v0 import request as alt
+    from kio.schema.create_acls.v3 import request as cr
+    from kio.schema.delete_acls.v3 import request as dl
+    from kio.schema.describe_acls.v3 import request as ds
+    from kio.schema.describe_user_scram_credentials.v0 import request as dsu
+    from kio.static.primitive import i8, i32
+
+    conn = RawConn(env.gw.port or 0)
+    i8s = st.integers(-128, 127).map(i8)
+    small = st.one_of(st.integers(0, 8).map(i8), i8s)
+    text = st.text(max_size=40)
+    maybe = st.one_of(st.none(), text, st.sampled_from(["*", "User:bob", "fz-", "kafka-cluster"]))
+    creation = st.builds(cr.AclCreation, resource_type=small, resource_name=st.one_of(
+        text, st.sampled_from(["fz-t", "*", "kafka-cluster"])), resource_pattern_type=small,
+        principal=st.one_of(text, st.sampled_from(["User:fz", "User:*", "fz"])),
+        host=st.one_of(text, st.just("*")), operation=small, permission_type=small)
+    flt = {"resource_type_filter": small, "resource_name_filter": maybe,
+           "pattern_type_filter": small, "principal_filter": maybe, "host_filter": maybe,
+           "operation": small, "permission_type": small}
+    upsert = st.builds(alt.ScramCredentialUpsertion, name=st.one_of(text, st.just("fz")),
+                       mechanism=small, iterations=st.integers(-1, 20000).map(i32),
+                       salt=st.binary(max_size=40), salted_password=st.binary(max_size=70))
+    deletion = st.builds(alt.ScramCredentialDeletion, name=st.one_of(text, st.just("fz")),
+                         mechanism=small)
+    request = st.one_of(
+        st.builds(cr.CreateAclsRequest, creations=st.lists(creation, max_size=4).map(tuple))
+        .map(lambda b: (30, 3, b)),
+        st.builds(dl.DeleteAclsRequest, filters=st.lists(st.builds(dl.DeleteAclsFilter, **flt),
+                                                         max_size=3).map(tuple))
+        .map(lambda b: (31, 3, b)),
+        st.builds(ds.DescribeAclsRequest, **flt).map(lambda b: (29, 3, b)),
+        st.builds(alt.AlterUserScramCredentialsRequest,
+                  deletions=st.lists(deletion, max_size=3).map(tuple),
+                  upsertions=st.lists(upsert, max_size=3).map(tuple)).map(lambda b: (51, 0, b)),
+        st.builds(dsu.DescribeUserScramCredentialsRequest, users=st.one_of(
+            st.none(), st.lists(st.builds(dsu.UserName, name=st.one_of(text, st.just("bob"))),
+                                max_size=3).map(tuple))).map(lambda b: (50, 0, b)))
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(request)
+    def one(req: tuple[int, int, Any]) -> None:
+        key, version, body = req
+        resp = conn.send(key, version, body)  # an answer, never a closed connection
+        if key == 30:
+            assert len(resp.results) == len(body.creations)
+        elif key == 31:
+            assert len(resp.filter_results) == len(body.filters)
+        elif key == 29:
+            assert resp.error_code in (0, 42)
+        elif key == 50:
+            assert resp.error_code == 0
+
+    one()
+    assert env.gw.alive()
+    # the fuzz's users and ACLs did not lock the admin out nor wedge the gateway
+    assert _produce(_conf(env.gw, "admin", "SCRAM-SHA-512"), "t-ok", 1) == [None]
