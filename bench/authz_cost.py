@@ -13,7 +13,15 @@ refused items), not storage or the network:
 Rows: requests per second and microseconds per request for each, and the ratio to ``off``
 measured in the same run. ``--json`` prints the rows as JSON last.
 
+``--gateway``: the same question end to end, against real processes: one coordinator, a
+gateway without ``--sasl`` and one with ``--sasl`` and ``--acls``' largest count of ACLs in
+the root; one connection to each (SASL PLAIN as an allowed user on the second) sends
+``--requests`` Metadata (one topic) and ListOffsets (one partition) requests, one at a
+time, rounds interleaved (a b b a ...); printed: the median microseconds per request of
+each side and the median of the per-round ratios (ACLs / off).
+
     python bench/authz_cost.py [--acls 10 10000] [--seconds 1.0] [--json]
+    python bench/authz_cost.py --gateway [--requests 2000] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -121,12 +129,128 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+class _Raw:
+    """One connection sending kio-encoded requests one at a time."""
+
+    def __init__(self, port: int, user: str | None) -> None:
+        import socket
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.corr = 0
+        if user is not None:
+            from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+            from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+            self.send(17, 1, SaslHandshakeRequest(mechanism="PLAIN"))
+            ok = self.send(36, 2, SaslAuthenticateRequest(
+                auth_bytes=b"\0" + user.encode() + b"\0app-pw"))
+            assert ok.error_code == 0, ok
+
+    def send(self, api_key: int, version: int, body: Any) -> Any:
+        import io
+        import struct
+
+        from kio.index import load_response_schema
+        from kio.serial import entity_reader, entity_writer
+        self.corr += 1
+        buf = io.BytesIO()
+        hc = type(body).__header_schema__
+        entity_writer(hc)(buf, hc(request_api_key=api_key, request_api_version=version,
+                                  correlation_id=self.corr, client_id="bench"))
+        entity_writer(type(body))(buf, body)
+        data = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(data)) + data)
+        size = struct.unpack(">i", self._recv(4))[0]
+        frame = self._recv(size)
+        rc = load_response_schema(api_key, version)
+        _h, n = entity_reader(rc.__header_schema__)(frame, 0)
+        return entity_reader(rc)(frame, n)[0]
+
+    def _recv(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return out
+
+
+def gateway_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
+    import statistics
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from coordinator_proc import CoordinatorProc
+    from gateway_proc import GatewayProc
+    from kio.schema.list_offsets.v7 import request as lo
+    from kio.schema.metadata.v12 import request as md
+    from txnlog.coordinator.access.scram import ScramCredential
+    from txnlog.coordinator.access.store import AccessStore
+    from txnlog.log_format.storage import Storage
+
+    n_acls = max(args.acls)
+    root = "file://" + tempfile.mkdtemp(prefix="authz-bench-")
+    store = AccessStore(Storage.for_url(root))
+    store.add_acls(_acls(n_acls))
+    store.alter_credentials({("app", "SCRAM-SHA-256"): ScramCredential.from_password(
+        "SCRAM-SHA-256", "app-pw", 4096)}, set())
+    meta = md.MetadataRequest(topics=(md.MetadataRequestTopic(topic_id=None, name="orders"),),
+                              allow_auto_topic_creation=False,
+                              include_topic_authorized_operations=False)
+    offsets = lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=0, topics=(
+        lo.ListOffsetsTopic(name="orders", partitions=(lo.ListOffsetsPartition(
+            partition_index=i32(0), current_leader_epoch=i32(-1), timestamp=i64(-1)),)),))
+    rows: list[dict[str, Any]] = []
+    with CoordinatorProc(root) as coord:
+        coord.wait_healthy()
+        coord.client().create_topic("orders", 1)
+        with GatewayProc(root) as off, GatewayProc(root, extra=["--sasl"]) as on:
+            conns = {"off": _Raw(off.port or 0, None), "acls": _Raw(on.port or 0, "app")}
+            for name, key, version, body in (("metadata", 3, 12, meta),
+                                             ("list_offsets", 2, 7, offsets)):
+                for c in conns.values():  # warm both
+                    for _ in range(200):
+                        c.send(key, version, body)
+                per: dict[str, list[float]] = {"off": [], "acls": []}
+                for r in range(args.rounds):
+                    order = ("off", "acls") if r % 2 == 0 else ("acls", "off")
+                    for side in order:
+                        t0 = time.perf_counter()
+                        for _ in range(args.requests):
+                            resp = conns[side].send(key, version, body)
+                        per[side].append((time.perf_counter() - t0) / args.requests * 1e6)
+                        first = resp.topics[0]
+                        code = first.error_code if key == 3 else first.partitions[0].error_code
+                        assert code == 0, (side, code)
+                ratios = [a / o for a, o in zip(per["acls"], per["off"], strict=True)]
+                rows.append({"api": name, "acls": n_acls,
+                             "us_off": statistics.median(per["off"]),
+                             "us_acls": statistics.median(per["acls"]),
+                             "ratio": statistics.median(ratios)})
+            off.stop()
+            on.stop()
+    print(f"{'api':14} {'ACLs':>7} {'us/req off':>11} {'us/req ACLs':>12} {'ratio':>7}")
+    for r in rows:
+        print(f"{r['api']:14} {r['acls']:7,} {r['us_off']:11.1f} {r['us_acls']:12.1f} "
+              f"{r['ratio']:7.3f}")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--acls", type=int, nargs="+", default=[10, 10_000])
     p.add_argument("--seconds", type=float, default=1.0, help="per case")
+    p.add_argument("--gateway", action="store_true", help="end to end, real processes")
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
+    if args.gateway:
+        rows = gateway_bench(args)
+        if args.json:
+            print(json.dumps(rows))
+        return
     t0 = time.perf_counter()
     rows = asyncio.run(main_async(args))
     print(f"{'api':20} {'case':22} {'req/s':>12} {'us/req':>8} {'x off':>7}")
