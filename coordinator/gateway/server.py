@@ -109,6 +109,7 @@ class Connection:
         # without --sasl nothing is authorized: whoever may connect acts as a super user
         self.subject = Subject("User:ANONYMOUS", self.host, super_user=not config.sasl)
         self.exchange: SaslExchange | None = None
+        self.close_after_answer = False  # a failed SASL authentication, as Kafka closes
         self.producer: produce.GatewayProducer | None = None  # for producers without ids
         # Produce requests reach the flush window in the order they came (produce.py)
         self.produce_order = asyncio.Lock()
@@ -168,6 +169,8 @@ class Connection:
                     break
                 self.writer.write(answer)
                 await self.writer.drain()
+                if self.close_after_answer:
+                    break
         except (ConnectionError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
             pass
         finally:
@@ -275,7 +278,7 @@ class Connection:
             # PLAIN derives a key (PBKDF2) and a lookup may list storage: off the loop
             answer = await self.gateway.backend.run(exchange.step, bytes(body.auth_bytes))
         except SaslFailed as exc:
-            self.exchange = None
+            self.exchange, self.close_after_answer = None, True
             return {"error_code": E.SASL_AUTHENTICATION_FAILED, "auth_bytes": b"",
                     "error_message": str(exc), "session_lifetime": 0}
         if exchange.subject is not None:

@@ -170,3 +170,61 @@ def test_store_keeps_every_concurrent_change(tmp_path: Path) -> None:
     # the root holds the hashed keys only
     for f in (tmp_path / "root").rglob("*.json"):
         assert b"hunter2" not in f.read_bytes()
+
+
+def test_a_mixed_request_is_split_and_its_answer_encodes() -> None:
+    """Produce and Fetch naming an allowed and a refused topic: only the allowed one reaches
+    the handler; the refused one is answered per partition; the whole answer encodes."""
+    import asyncio
+
+    from kio.schema.fetch.v12 import request as fr
+    from kio.schema.produce.v9 import request as pr
+    from kio.static.primitive import i32, i64
+    from txnlog.coordinator.access import kafka_authz
+    from txnlog.coordinator.access.sasl import Subject
+    from txnlog.coordinator.gateway import codec
+
+    az = Authorizer([acl(T, "ok", Operation.ALL)])
+    seen: list[list[str]] = []
+
+    def handler(key: int) -> object:
+        async def call(body: object) -> dict[str, object]:
+            if key == 0:
+                names = [t.name for t in body.topic_data]  # type: ignore[attr-defined]
+                seen.append(names)
+                return {"throttle_time": 0, "responses": [
+                    {"name": n, "partition_responses": [
+                        {**codec.blank(codec.response_class(0, 9), 0,
+                                       ("responses", "partition_responses")), "index": 0}]}
+                    for n in names]}
+            names = [t.topic for t in body.topics]  # type: ignore[attr-defined]
+            seen.append(names)
+            return {**codec.blank(codec.response_class(1, 12), 0), "responses": []}
+        return call
+
+    produce = pr.ProduceRequest(transactional_id=None, acks=-1, timeout=i32(1000), topic_data=(
+        pr.TopicProduceData(name="ok", partition_data=(pr.PartitionProduceData(
+            index=i32(0), records=b""),)),
+        pr.TopicProduceData(name="secret", partition_data=(
+            pr.PartitionProduceData(index=i32(0), records=b""),
+            pr.PartitionProduceData(index=i32(1), records=b"")))))
+    fetch = fr.FetchRequest(
+        cluster_id=None, replica_id=i32(-1), max_wait=i32(0), min_bytes=i32(1),
+        max_bytes=i32(1 << 20), isolation_level=1, session_id=i32(0), session_epoch=i32(-1),
+        topics=tuple(fr.FetchTopic(topic=n, partitions=(fr.FetchPartition(
+            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0),
+            last_fetched_epoch=i32(-1), log_start_offset=i64(-1),
+            partition_max_bytes=i32(1 << 20)),)) for n in ("secret", "ok")),
+        forgotten_topics_data=(), rack_id="")
+    for key, version, body in ((0, 9, produce), (1, 12, fetch)):
+        resp_cls = codec.response_class(key, version)
+        g = kafka_authz.Guard(Subject(ALICE, "h"), az, handler(key),  # type: ignore[arg-type]
+                              lambda path, code, c=resp_cls: codec.blank(c, code, path))
+        out = asyncio.run(kafka_authz.guard(key, version, body, g))
+        assert seen[-1] == ["ok"]
+        assert out is not None
+        codec.encode_response(resp_cls, 1, codec.build(resp_cls, out))
+        refused = [t for t in out["responses"] if t.get("name", t.get("topic")) == "secret"]
+        parts = refused[0]["partition_responses" if key == 0 else "partitions"]
+        assert {p["error_code"] for p in parts} == {29}
+        assert len(parts) == (2 if key == 0 else 1)
