@@ -208,7 +208,10 @@ class AclApis:
         for x in dels + ups:
             key = (x.name, int(x.mechanism))
             counts[key] = counts.get(key, 0) + 1
-        current = self.store.state(0.0).users
+        try:
+            current = self.store.state(0.0).users
+        except (StoreError, OSError) as exc:
+            return all_(UNKNOWN_SERVER_ERROR, f"credentials not read: {exc}")
         upserts: dict[tuple[str, str], ScramCredential] = {}
         deletions: set[tuple[str, str]] = set()
         for d in dels:

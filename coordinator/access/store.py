@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from .authorizer import Authorizer
 from .model import AclBinding
 from .scram import ScramCredential
 
+log = logging.getLogger("txnlog.access")
 DIR = "_security/state"
 KEEP = 8
 MAX_ATTEMPTS = 64
@@ -77,6 +79,7 @@ class AccessStore:
         self.refresh_s = refresh_s
         self._state = AccessState()
         self._read_at = -1e9
+        self._read_once = False
         self._lock = threading.Lock()
         self._authorizers: dict[tuple[int, frozenset[str], bool], Authorizer] = {}
 
@@ -99,10 +102,21 @@ class AccessStore:
         age = self.refresh_s if max_age_s is None else max_age_s
         with self._lock:
             if time.monotonic() - self._read_at >= age:
-                newest = self._newest()
+                try:
+                    newest = self._newest()
+                except (StoreError, OSError) as exc:
+                    if not self._read_once:
+                        raise  # nothing known yet: refuse rather than guess (fail closed)
+                    # storage trouble or a bad object: keep deciding with the last good
+                    # state, and try again after refresh_s
+                    log.warning("access state not refreshed, keeping seq %d: %s",
+                                self._state.seq, exc)
+                    self._read_at = time.monotonic()
+                    return self._state
                 if newest.seq >= self._state.seq:
                     self._state = newest
                 self._read_at = time.monotonic()
+                self._read_once = True
             return self._state
 
     def authorizer(self, super_users: frozenset[str], allow_everyone: bool,
@@ -141,7 +155,9 @@ class AccessStore:
                         self._state, self._read_at = new, time.monotonic()
                 self._prune(new.seq)
                 return result
-        raise StoreError(f"too many concurrent changes under {DIR}; try again")
+        raise StoreError(f"no change written under {DIR}: too many concurrent changes, or a "
+                         "newer state object that cannot be read (the log names it; remove "
+                         "it to go on from the last good state)")
 
     def _prune(self, seq: int) -> None:
         if seq <= KEEP or seq % KEEP:

@@ -228,3 +228,19 @@ def test_a_mixed_request_is_split_and_its_answer_encodes() -> None:
         parts = refused[0]["partition_responses" if key == 0 else "partitions"]
         assert {p["error_code"] for p in parts} == {29}
         assert len(parts) == (2 if key == 0 else 1)
+
+
+def test_a_corrupt_state_object_keeps_the_last_good_state(tmp_path: Path) -> None:
+    """A bad object in the chain (a bug, a hand edit): readers keep deciding with the last
+    good state; a reader that never read one refuses (fails closed)."""
+    from txnlog.coordinator.access.store import DIR, StoreError
+
+    root = f"file://{tmp_path / 'root'}"
+    storage = Storage.for_url(root)
+    store = AccessStore(storage, refresh_s=0.0)
+    store.add_acls([acl(T, "orders", Operation.READ)])
+    assert len(store.state().acls) == 1
+    storage.put_if_absent(f"{DIR}/{2:020d}.json", b"{not json")
+    assert len(store.state().acls) == 1
+    with pytest.raises(StoreError, match="not a valid access state"):
+        AccessStore(Storage.for_url(root)).state()
