@@ -15,5 +15,6 @@ log: refusals and changes, never a secret), ``sasl`` (one connection's SASL exch
 PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), ``kafka_acls`` (Kafka's CreateAcls, DescribeAcls,
 DeleteAcls, AlterUserScramCredentials and DescribeUserScramCredentials over the store),
 ``kafka_authz`` (which operation on which resource every Kafka API needs, and the answer a
-refused request gets).
+refused request gets), ``coordinator_authz`` (the coordinator HTTP API's principals:
+bearer tokens bound to principals, and what each operation needs).
 """

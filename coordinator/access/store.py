@@ -15,6 +15,7 @@ change rarely, and a reader wants one consistent view.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -51,13 +52,16 @@ class AccessState:
     seq: int = 0
     acls: frozenset[AclBinding] = frozenset()
     users: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
+    # bearer tokens of the coordinator's HTTP API: SHA-256 (hex) of the token -> principal
+    tokens: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         return json.dumps({
             "seq": self.seq,
             "acls": [b.to_json() for b in sorted(self.acls)],
             "users": {u: {m: c.to_json() for m, c in sorted(creds.items())}
-                      for u, creds in sorted(self.users.items())}},
+                      for u, creds in sorted(self.users.items())},
+            "tokens": dict(sorted(self.tokens.items()))},
             separators=(",", ":")).encode()
 
     @classmethod
@@ -66,7 +70,8 @@ class AccessState:
             d = json.loads(data)
             return cls(int(d["seq"]), frozenset(AclBinding.from_json(a) for a in d["acls"]),
                        {u: {m: ScramCredential.from_json(m, c) for m, c in creds.items()}
-                        for u, creds in d["users"].items()})
+                        for u, creds in d["users"].items()},
+                       {str(h): str(p) for h, p in d.get("tokens", {}).items()})
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"{source} is not a valid access state: {exc}") from None
 
@@ -147,7 +152,7 @@ class AccessStore:
             new, result = fn(current)
             if new is current:
                 return result
-            new = AccessState(current.seq + 1, new.acls, new.users)
+            new = AccessState(current.seq + 1, new.acls, new.users, new.tokens)
             path = f"{DIR}/{_name(new.seq)}"
             if self.storage.put_if_absent(path, new.to_json()):
                 with self._lock:
@@ -172,7 +177,8 @@ class AccessStore:
         def fn(st: AccessState) -> tuple[AccessState, None]:
             if all(b in st.acls for b in bindings):
                 return st, None
-            return AccessState(st.seq, st.acls | frozenset(bindings), st.users), None
+            return AccessState(st.seq, st.acls | frozenset(bindings), st.users,
+                               st.tokens), None
         self.change(fn)
 
     def remove_acls(self, match: Callable[[AclBinding], bool]) -> list[AclBinding]:
@@ -181,7 +187,7 @@ class AccessStore:
             gone = sorted(b for b in st.acls if match(b))
             if not gone:
                 return st, []
-            return AccessState(st.seq, st.acls - frozenset(gone), st.users), gone
+            return AccessState(st.seq, st.acls - frozenset(gone), st.users, st.tokens), gone
         return self.change(fn)
 
     def alter_credentials(self, upserts: dict[tuple[str, str], ScramCredential],
@@ -194,5 +200,27 @@ class AccessStore:
             for (user, mech), cred in upserts.items():
                 users.setdefault(user, {})[mech] = cred
             users = {u: c for u, c in users.items() if c}
-            return AccessState(st.seq, st.acls, users), None
+            return AccessState(st.seq, st.acls, users, st.tokens), None
         self.change(fn)
+
+    def add_token(self, principal: str, token: bytes) -> None:
+        """Bind a bearer token (kept as its SHA-256 only) to ``principal``."""
+        digest = token_digest(token)
+
+        def fn(st: AccessState) -> tuple[AccessState, None]:
+            return AccessState(st.seq, st.acls, st.users, {**st.tokens, digest: principal}), None
+        self.change(fn)
+
+    def remove_tokens(self, principal: str) -> int:
+        """Forget every token of ``principal``; returns how many."""
+        def fn(st: AccessState) -> tuple[AccessState, int]:
+            kept = {h: p for h, p in st.tokens.items() if p != principal}
+            if len(kept) == len(st.tokens):
+                return st, 0
+            return AccessState(st.seq, st.acls, st.users, kept), len(st.tokens) - len(kept)
+        return self.change(fn)
+
+
+def token_digest(token: bytes) -> str:
+    """How a token is kept: a random 32-byte token needs no salt or stretching."""
+    return hashlib.sha256(token).hexdigest()

@@ -31,6 +31,7 @@ from ..access.model import (
     Permission,
     ResourceType,
     parse_enum,
+    parse_principal,
 )
 from ..access.scram import (
     DEFAULT_ITERATIONS,
@@ -51,6 +52,18 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    if parser.prog.endswith("principal-tokens"):
+        _common(parser)
+        act = parser.add_mutually_exclusive_group(required=True)
+        act.add_argument("--add", action="store_true",
+                         help="make a new token for --principal, written to --token-file")
+        act.add_argument("--remove", action="store_true",
+                         help="forget every token of --principal")
+        act.add_argument("--list", action="store_true")
+        parser.add_argument("--principal")
+        parser.add_argument("--token-file", help="--add: where the new token goes (mode "
+                                                 "600; must not exist)")
+        return
     if parser.prog.endswith("scram-credentials"):
         _common(parser)
         act = parser.add_mutually_exclusive_group(required=True)
@@ -211,9 +224,39 @@ def _scram(args: argparse.Namespace, store: AccessStore) -> int:
     return 0
 
 
+def _tokens(args: argparse.Namespace, store: AccessStore) -> int:
+    import secrets
+    from collections import Counter
+
+    if args.list:
+        counts = Counter(store.state().tokens.values())
+        for principal, n in sorted(counts.items()):
+            print(f"{principal}\t{n} token(s)")
+        return 0
+    principal = parse_principal(args.principal)
+    if args.remove:
+        n = store.remove_tokens(principal)
+        audit.changed(_who(), "local", "DELETE_TOKENS", f"principal={principal} count={n}")
+        print(f"removed {n} token(s) of {principal}")
+        return 0
+    if not args.token_file:
+        raise CredentialError("--add needs --token-file (the token is never printed)")
+    token = secrets.token_urlsafe(32)
+    fd = os.open(args.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    store.add_token(principal, token.encode())
+    audit.changed(_who(), "local", "CREATE_TOKEN", f"principal={principal}")
+    print(f"a token for {principal} is in {args.token_file} (give it to the job as "
+          "TXNLOG_COORDINATOR_TOKEN or the coordinator.token option)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         store = _store(args)
+        if hasattr(args, "token_file"):
+            return _tokens(args, store)
         if hasattr(args, "delete"):
             return _scram(args, store)
         if args.add:

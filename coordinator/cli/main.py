@@ -38,6 +38,8 @@ SUBCOMMANDS = {
              "add/remove/list the root's ACLs (kafka-acls)"),
     "scram-credentials": ("txnlog.coordinator.cli.access_tools",
                           "set/delete/list users' SCRAM credentials in the root"),
+    "principal-tokens": ("txnlog.coordinator.cli.access_tools",
+                         "bearer tokens of the coordinator's API bound to principals"),
 }
 
 
