@@ -88,6 +88,8 @@ class CoordinatorGuard:
                           RT.CLUSTER, CLUSTER_NAME) or az.any_of_type(
                     subject.principal, subject.host, Operation.WRITE, RT.TOPIC):
                 return None
+            audit.refused(subject.principal, subject.host, "IDEMPOTENT_WRITE",
+                          f"CLUSTER:{CLUSTER_NAME}")
             return ClusterAuthorizationFailedError("IDEMPOTENT_WRITE on the cluster")
         if op in ("reserve", "confirm"):
             bad = sorted({str(t) for t in topics("partitions")
