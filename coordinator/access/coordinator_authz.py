@@ -25,6 +25,7 @@ from ..errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
+from . import audit
 from .model import CLUSTER_NAME, Operation
 from .model import ResourceType as RT
 from .sasl import Subject
