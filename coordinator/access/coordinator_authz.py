@@ -18,6 +18,8 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
+from txnlog.log_format import layout
+
 from ..errors import (
     ClusterAuthorizationFailedError,
     CoordinatorError,
@@ -62,6 +64,12 @@ class CoordinatorGuard:
         if principal is None:
             return None
         return Subject(principal, host, principal in self.super_users)
+
+    def _exists(self, topic: str) -> bool:
+        try:
+            return self.store.storage.exists(layout.topic_meta_path(topic))
+        except (ValueError, OSError):
+            return False
 
     def refusal(self, subject: Subject, op: str, body: Any) -> CoordinatorError | None:
         """None when ``subject`` may run ``op`` with ``body``, else the error to answer
@@ -115,6 +123,12 @@ class CoordinatorGuard:
             return None if ok(Operation.DESCRIBE, RT.TRANSACTIONAL_ID, tid) else \
                 TransactionalIdAuthorizationFailedError(f"DESCRIBE on transactional id {tid}")
         if op == "create_topic":
+            name = b.get("name")
+            if b.get("exist_ok") and isinstance(name, str) and self._exists(name):
+                # "make sure it exists" (a Spark write's first step) of an existing topic
+                # creates nothing: DESCRIBE (which WRITE implies) is enough
+                return None if ok(Operation.DESCRIBE, RT.TOPIC, name) else \
+                    TopicAuthorizationFailedError(f"DESCRIBE on topic {name}")
             if az.allowed(subject.principal, subject.host, Operation.CREATE, RT.CLUSTER,
                           CLUSTER_NAME) or ok(Operation.CREATE, RT.TOPIC, b.get("name")):
                 return None
