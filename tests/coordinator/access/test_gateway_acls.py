@@ -178,7 +178,7 @@ def test_a_wrong_password_gets_nothing(env: Env, mechanism: str) -> None:
     conf = _conf(env.gw, "alice", mechanism, password="not-alice-pw")
     a = AdminClient(conf)
     with pytest.raises(KafkaException) as exc:
-        a.list_topics(timeout=2)
+        a.list_topics(timeout=1)
     assert exc.value.args[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT,
                                         KafkaError._TIMED_OUT)
     assert env.gw.alive()
@@ -453,7 +453,7 @@ def test_fuzz_sasl_tokens(env: Env) -> None:
         b"n,,n=alice,r=abc", b"\0alice\0", b"\0\0", b"c=biws,r=x,p=AAAA", b"n,,n=,r=",
         b"n,a=bob,n=alice,r=1", b"\0admin\0admin-p"]))
 
-    @settings(max_examples=120, deadline=None, database=None,
+    @settings(max_examples=80, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
            st.lists(token, min_size=1, max_size=2))
@@ -560,7 +560,7 @@ def test_fuzz_acl_and_credential_apis(env: Env) -> None:
             st.none(), st.lists(st.builds(dsu.UserName, name=st.one_of(text, st.just("bob"))),
                                 max_size=3).map(tuple))).map(lambda b: (50, 0, b)))
 
-    @settings(max_examples=150, deadline=None, database=None,
+    @settings(max_examples=100, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(request)
     def one(req: tuple[int, int, Any]) -> None:
