@@ -15,6 +15,8 @@ Packages, by role (Kafka keeps the same split: ``coordinator/transaction``,
 - ``gateway``: ``txnlog gateway``, Kafka's wire protocol over a root
 - ``schema_registry``: ``txnlog schema-registry``, Confluent's Schema Registry REST API
   kept in the root's ``_schemas`` topic
+- ``access``: principals, SCRAM credentials and ACLs kept in the root, and Kafka's
+  authorization rules (the gateway enforces them)
 - ``cli``: the ``txnlog`` command line
 
 Modules both sides share: ``errors`` (Kafka's error names as exceptions), ``security``

@@ -146,6 +146,24 @@ class InvalidRecordError(CoordinatorError):
     name, code = "InvalidRecord", 87
 
 
+class TopicAuthorizationFailedError(CoordinatorError):
+    """The principal may not do this to the topic (Kafka's ACLs)."""
+
+    name, code, http_status = "TopicAuthorizationFailed", 29, 403
+
+
+class GroupAuthorizationFailedError(CoordinatorError):
+    name, code, http_status = "GroupAuthorizationFailed", 30, 403
+
+
+class ClusterAuthorizationFailedError(CoordinatorError):
+    name, code, http_status = "ClusterAuthorizationFailed", 31, 403
+
+
+class TransactionalIdAuthorizationFailedError(CoordinatorError):
+    name, code, http_status = "TransactionalIdAuthorizationFailed", 53, 403
+
+
 ERRORS: dict[str, type[CoordinatorError]] = {
     cls.name: cls for cls in (
         UnknownServerError, OffsetOutOfRangeError, UnknownTopicOrPartitionError,
@@ -157,7 +175,9 @@ ERRORS: dict[str, type[CoordinatorError]] = {
         DuplicateSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
         InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
         ConcurrentTransactionsError, KafkaStorageError, ProducerFencedError,
-        InvalidRecordError, NonEmptyGroupError)
+        InvalidRecordError, NonEmptyGroupError, TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError, ClusterAuthorizationFailedError,
+        TransactionalIdAuthorizationFailedError)
 }
 
 

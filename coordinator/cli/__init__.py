@@ -5,6 +5,8 @@
   only when used
 - ``admin_tools``: Kafka's admin tools (``topics``, ``groups``, ``transactions``,
   ``configs``, ``get-offsets``, ``delete-records``)
+- ``access_tools``: ``acls`` (kafka-acls' flags), ``scram-credentials`` and
+  ``principal-tokens``: the root's ACLs, SCRAM users and the coordinator's principal tokens
 
 ``python -m txnlog.coordinator.cli`` runs the same entry point (``__main__``).
 """

@@ -34,6 +34,12 @@ SUBCOMMANDS = {
                     "earliest/latest/max-timestamp/by-time offsets (kafka-get-offsets)"),
     "delete-records": ("txnlog.coordinator.cli.admin_tools",
                        "delete records below an offset (kafka-delete-records)"),
+    "acls": ("txnlog.coordinator.cli.access_tools",
+             "add/remove/list the root's ACLs (kafka-acls)"),
+    "scram-credentials": ("txnlog.coordinator.cli.access_tools",
+                          "set/delete/list users' SCRAM credentials in the root"),
+    "principal-tokens": ("txnlog.coordinator.cli.access_tools",
+                         "bearer tokens of the coordinator's API bound to principals"),
 }
 
 

@@ -27,6 +27,7 @@ from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import StableSnapshot, read_latest_stable
 from txnlog.log_format.storage import Storage
 
+from ..access.store import AccessStore
 from ..client.coordinator_client import CoordinatorClient
 from ..errors import NotCoordinatorError, UnknownTopicOrPartitionError
 from ..security import Credentials
@@ -61,6 +62,12 @@ class GatewayConfig:
     # gateway and the coordinator allow it; num_partitions None: the coordinator's
     auto_create_topics: bool = True
     num_partitions: int | None = None
+    # --sasl: clients authenticate as principals (PLAIN, SCRAM) and every request is
+    # authorized with the root's ACLs (txnlog.coordinator.access)
+    sasl: bool = False
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+    acl_refresh_s: float = 1.0  # how stale this gateway's copy of the ACLs may be
 
 
 class Backend:
@@ -72,6 +79,7 @@ class Backend:
         self.io = ThreadPoolExecutor(config.io_threads, thread_name_prefix="gw-io")
         self.waits = ThreadPoolExecutor(config.wait_threads, thread_name_prefix="gw-wait")
         self._client: CoordinatorClient | None = None
+        self.access = AccessStore(self.storage, config.acl_refresh_s) if config.sasl else None
         self._client_lock = threading.Lock()
         self._topics: dict[str, tuple[float, topics.TopicMeta | None]] = {}
         self._snapshot: StableSnapshot | None = None

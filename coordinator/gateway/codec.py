@@ -183,3 +183,33 @@ def ms(value: Any) -> int:
     if isinstance(value, datetime.timedelta):
         return int(value.total_seconds() * 1000)
     return int(value)
+
+
+_BLANK_PLAIN = {"string": "", "bytes": b"", "records": None, "bool": False, "uuid": None,
+                "float64": 0.0}
+
+
+def blank(cls: type[Any], code: int, path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A response (or the nested entity at ``path``, a list field of each level) with every
+    field empty and every error code ``code``: the answer to a refused request or item."""
+    for name in path:
+        cls = next(f[3] for f in _fields(cls) if f[0] == name)  # type: ignore[assignment]
+    out: dict[str, Any] = {}
+    for name, kafka_type, kind, ent, _required, nullable in _fields(cls):
+        if kind == "many":
+            out[name] = []
+        elif kind == "one":
+            out[name] = blank(ent, code)  # type: ignore[arg-type]
+        elif kafka_type == "error_code":
+            out[name] = code
+        elif nullable:
+            out[name] = None
+        elif name == "session_id":
+            out[name] = 0  # no fetch session
+        elif kafka_type in _BLANK_PLAIN:
+            out[name] = _BLANK_PLAIN[kafka_type]
+        elif kafka_type.startswith("timedelta") or kafka_type.startswith("uint"):
+            out[name] = 0
+        else:
+            out[name] = -1  # Kafka's "none" for ids, offsets, epochs and timestamps
+    return out

@@ -11,7 +11,10 @@ carry on. Nothing a client sends can crash or wedge the gateway.
 
 Authentication: with a token (``--token-file``), a client must complete SASL/PLAIN
 (SaslHandshake + SaslAuthenticate, password = the token) before anything but ApiVersions;
-TLS with ``--tls-cert``/``--tls-key``.
+TLS with ``--tls-cert``/``--tls-key``. With ``--sasl``, clients authenticate as users
+(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 against the credentials in the root) and every
+request is authorized with the root's ACLs (``txnlog.coordinator.access``: the rules live
+there; this module only routes requests through them).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hmac
 import logging
 import signal
 import ssl
@@ -27,6 +29,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..access import kafka_authz
+from ..access.kafka_acls import AclApis
+from ..access.sasl import SaslExchange, SaslFailed, Subject
 from ..security import Credentials, read_token_file, server_ssl_context
 from . import admin, admin_groups, codec, consume, groups, produce, txn
 from . import errors as E
@@ -72,6 +77,11 @@ HANDLERS: dict[int, Handler] = {
 }
 
 
+ACL_APIS = {V.CREATE_ACLS: "create_acls", V.DESCRIBE_ACLS: "describe_acls",
+            V.DELETE_ACLS: "delete_acls", V.DESCRIBE_USER_SCRAM_CREDENTIALS: "describe_scram",
+            V.ALTER_USER_SCRAM_CREDENTIALS: "alter_scram"}
+
+
 def api_versions_body(error_code: int = 0) -> dict[str, Any]:
     return {"error_code": error_code, "throttle_time": 0,
             "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
@@ -93,8 +103,13 @@ class Connection:
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
-        self.authenticated = gateway.backend.config.sasl_token is None
-        self.handshake_done = False
+        config = gateway.backend.config
+        self.authenticated = config.sasl_token is None and not config.sasl
+        self.host = self.peer[0] if isinstance(self.peer, tuple) and self.peer else ""
+        # without --sasl nothing is authorized: whoever may connect acts as a super user
+        self.subject = Subject("User:ANONYMOUS", self.host, super_user=not config.sasl)
+        self.exchange: SaslExchange | None = None
+        self.close_after_answer = False  # a failed SASL authentication, as Kafka closes
         self.producer: produce.GatewayProducer | None = None  # for producers without ids
         # Produce requests reach the flush window in the order they came (produce.py)
         self.produce_order = asyncio.Lock()
@@ -154,6 +169,8 @@ class Connection:
                     break
                 self.writer.write(answer)
                 await self.writer.drain()
+                if self.close_after_answer:
+                    break
         except (ConnectionError, ssl.SSLError, TimeoutError, asyncio.CancelledError):
             pass
         finally:
@@ -208,33 +225,68 @@ class Connection:
         if api_key == V.SASL_HANDSHAKE:
             return self.sasl_handshake(body)
         if api_key == V.SASL_AUTHENTICATE:
-            return self.sasl_authenticate(body)
+            return await self.sasl_authenticate(body)
         if not self.authenticated:
             raise _Close(f"api key {api_key} before SASL authentication")
+        backend = self.gateway.backend
+        if api_key in ACL_APIS:
+            az = await self._authorizer() if backend.access is not None else None
+            apis = AclApis(backend.access, az, self.subject)
+            return await backend.run(getattr(apis, ACL_APIS[api_key]), body)
         if api_key == V.PRODUCE:
-            return await produce.produce(self.gateway.backend, body, version, self)
-        return await HANDLERS[api_key](self.gateway.backend, body, version)
+            def call(b: Any) -> Awaitable[dict[str, Any] | None]:
+                return produce.produce(backend, b, version, self)
+        else:
+            def call(b: Any) -> Awaitable[dict[str, Any] | None]:
+                return HANDLERS[api_key](backend, b, version)
+        if self.subject.super_user:
+            return await call(body)
+        resp_cls = codec.response_class(api_key, version)
+        guard = kafka_authz.Guard(self.subject, await self._authorizer(), call,
+                                  lambda path, code: codec.blank(resp_cls, code, path))
+        return await kafka_authz.guard(api_key, version, body, guard)
 
-    # ---- SASL/PLAIN --------------------------------------------------------------------
+    async def _authorizer(self) -> Any:
+        cfg, store = self.gateway.backend.config, self.gateway.backend.access
+        assert store is not None
+        args = (cfg.super_users, cfg.allow_everyone_if_no_acl_found)
+        return store.current_authorizer(*args) or await self.gateway.backend.run(
+            store.authorizer, *args)
+
+    # ---- SASL: PLAIN (users or the shared token), SCRAM-SHA-256/512 -------------------
     def sasl_handshake(self, body: Any) -> dict[str, Any]:
-        if body.mechanism != "PLAIN":
-            return {"error_code": E.UNSUPPORTED_SASL_MECHANISM, "mechanisms": ("PLAIN",)}
-        self.handshake_done = True
-        return {"error_code": 0, "mechanisms": ("PLAIN",)}
+        cfg = self.gateway.backend.config
+        mechanisms = SaslExchange.mechanisms(cfg.sasl)
+        if body.mechanism not in mechanisms:
+            return {"error_code": E.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+        store = self.gateway.backend.access
 
-    def sasl_authenticate(self, body: Any) -> dict[str, Any]:
-        token = self.gateway.backend.config.sasl_token
-        if not self.handshake_done:
+        def lookup(user: str, mechanism: str) -> Any:
+            return None if store is None else store.state().users.get(user, {}).get(
+                mechanism)
+        token = cfg.sasl_token.encode() if cfg.sasl_token is not None else None
+        self.exchange = SaslExchange(body.mechanism, lookup, token, self.host,
+                                     cfg.super_users, users_enabled=cfg.sasl)
+        return {"error_code": 0, "mechanisms": mechanisms}
+
+    async def sasl_authenticate(self, body: Any) -> dict[str, Any]:
+        exchange = self.exchange
+        if exchange is None:
             return {"error_code": E.ILLEGAL_SASL_STATE, "auth_bytes": b"",
                     "error_message": "SaslHandshake first", "session_lifetime": 0}
-        parts = bytes(body.auth_bytes).split(b"\0")
-        password = parts[2] if len(parts) == 3 else b""
-        if token is None or hmac.compare_digest(password, token.encode()):
-            self.authenticated = True
-            return {"error_code": 0, "auth_bytes": b"", "error_message": None,
-                    "session_lifetime": 0}
-        return {"error_code": E.SASL_AUTHENTICATION_FAILED, "auth_bytes": b"",
-                "error_message": "authentication failed: wrong user name or password",
+        try:
+            # PLAIN derives a key (PBKDF2) and a lookup may list storage: off the loop
+            answer = await self.gateway.backend.run(exchange.step, bytes(body.auth_bytes))
+        except SaslFailed as exc:
+            self.exchange, self.close_after_answer = None, True
+            return {"error_code": E.SASL_AUTHENTICATION_FAILED, "auth_bytes": b"",
+                    "error_message": str(exc), "session_lifetime": 0}
+        if exchange.subject is not None:
+            if self.authenticated and self.gateway.backend.config.sasl and \
+                    exchange.subject.principal != self.subject.principal:
+                raise _Close("re-authentication as another principal")  # as KIP-368
+            self.subject, self.authenticated, self.exchange = exchange.subject, True, None
+        return {"error_code": 0, "auth_bytes": answer, "error_message": None,
                 "session_lifetime": 0}
 
 
@@ -319,6 +371,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", default=None,
                         help="clients must authenticate with SASL/PLAIN, password = this "
                              "token; the gateway also uses it with the coordinator")
+    parser.add_argument("--sasl", action="store_true",
+                        help="clients authenticate as users (SASL PLAIN, SCRAM-SHA-256, "
+                             "SCRAM-SHA-512; credentials in the root, see `txnlog "
+                             "scram-credentials`) and every request is authorized with "
+                             "the root's ACLs (`txnlog acls`)")
+    parser.add_argument("--super-users", default="", metavar="User:a;User:b",
+                        help="Kafka's super.users: principals allowed everything "
+                             "(the --token-file token's holder is one too)")
+    parser.add_argument("--allow-everyone-if-no-acl-found", type=_bool, default=False,
+                        metavar="true|false",
+                        help="Kafka's allow.everyone.if.no.acl.found: a resource no ACL "
+                             "names is open to every principal (default: false)")
     parser.add_argument("--tls-cert", default=None)
     parser.add_argument("--tls-key", default=None)
     parser.add_argument("--coordinator-ca", default=None,
@@ -376,7 +440,10 @@ def run(args: argparse.Namespace) -> int:
                            sasl_token=token, flush_interval_ms=args.flush_interval_ms,
                            flush_max_bytes=args.flush_max_bytes,
                            auto_create_topics=args.auto_create_topics,
-                           num_partitions=args.num_partitions)
+                           num_partitions=args.num_partitions, sasl=args.sasl,
+                           super_users=frozenset(p.strip() for p in
+                                                 args.super_users.split(";") if p.strip()),
+                           allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found)
 
     async def main() -> None:
         from txnlog.log_format.arrow.warmup import warm_up

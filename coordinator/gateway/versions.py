@@ -45,6 +45,11 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DESCRIBE_CLUSTER = 60
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 
 WANTED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
@@ -82,6 +87,12 @@ WANTED: dict[int, tuple[int, int]] = {
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 1),  # v2's id regex would run a client's pattern (ReDoS)
     DESCRIBE_CLUSTER: (0, 1),
+    # ACLs and SCRAM credentials (txnlog.coordinator.access)
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

@@ -193,6 +193,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="file holding the shared bearer token every operation must "
                              "carry (chmod 600); clients send TXNLOG_COORDINATOR_TOKEN or "
                              "the coordinator.token option")
+    parser.add_argument("--principals", action="store_true",
+                        help="bearer tokens may also be principals' tokens (`txnlog "
+                             "principal-tokens`), and their operations are authorized with "
+                             "the root's ACLs; the --token-file token stays a super user's")
+    parser.add_argument("--super-users", default="", metavar="User:a;User:b",
+                        help="with --principals: principals allowed everything")
+    parser.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                        help="with --principals: a resource no ACL names is open to all")
     parser.add_argument("--protect-metrics", action="store_true",
                         help="/metrics needs the token too (/healthz is always open)")
     parser.add_argument("--tls-cert", default=None, help="serve TLS with this certificate "
@@ -314,9 +322,18 @@ class CoordinatorServer:
     # ------------------------------------------------------------------ lifecycle
     async def main(self) -> int:
         """Serve until a stop is requested or the process is fenced; the exit status."""
+        guard = None
+        if getattr(self.args, "principals", False):
+            from ..access.coordinator_authz import CoordinatorGuard
+            from ..access.store import AccessStore
+            guard = CoordinatorGuard(
+                AccessStore(self.storage), self.tokens.token,
+                frozenset(p.strip() for p in getattr(self.args, "super_users", "").split(";")
+                          if p.strip()),
+                getattr(self.args, "allow_everyone_if_no_acl_found", False))
         http = HttpServer(self.api.route, tokens=self.tokens,
                           max_body=self.args.max_request_bytes, ssl_context=self.ssl_context,
-                          on_refused=self.metrics.refused.inc)
+                          on_refused=self.metrics.refused.inc, guard=guard)
         port = await http.start(self.args.host, self.args.port)
         host = self.args.host if self.args.host not in ("0.0.0.0", "::") else "127.0.0.1"
         scheme = "https" if self.ssl_context else "http"
