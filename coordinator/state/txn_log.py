@@ -22,13 +22,13 @@ and the newest snapshot is never deleted.
 
 **Lazy appends** (``append(records, lazy=True)``) are queued like any other but start no
 write of their own: they ride in the next append that does, or are written once
-``lazy_linger_s`` passes. A Spark task's membership and reservations are appended this way
-and answered at once, so a write's tasks add no log objects of their own: they become
-durable in the append of the driver's EndTxn (its Prepare). That is safe because the log is
-sequential (an eager append makes everything queued before it durable first), every call
-that depends on a lazy record (a confirm, EndTxn) is eager, a confirm that names a
-reservation the coordinator no longer knows is refused (``CoordinatorState.to_confirm``), and
-a new coordinator never hands out a producer id of an earlier one's block (its takeover
+``lazy_linger_s`` passes. A Spark batch write's one-shot id and its tasks' memberships and
+reservations are appended this way and answered at once, so its tasks add no log objects:
+they become durable in the append of the driver's EndTxn (its Prepare). That is safe because
+the log is sequential (an eager append makes everything queued before it durable first),
+every call that depends on a lazy record (a confirm, EndTxn) is eager, a confirm that names
+a reservation the coordinator no longer knows is refused (``CoordinatorState.to_confirm``),
+and a new coordinator never hands out a producer id of an earlier one's block (its takeover
 record skips the rest of the block). A coordinator lost before a lazy record was durable
 costs that write a retry (its task, or the job), never a record.
 

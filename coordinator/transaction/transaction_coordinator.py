@@ -338,8 +338,8 @@ class TransactionCoordinator:
         records += blocks
         records.append(LogRecord("member", {"id": tid, "tid": tid, "key": member_key,
                                             "pid": mpid}))
-        # lazy unless a new pid block is needed (TxnLog's module doc: why that is safe)
-        await self.commits.commit_or_queue(records, lazy=not blocks)
+        # a batch write's (one-shot) member is lazy unless it needs a pid block (TxnLog doc)
+        await self.commits.commit_or_queue(records, lazy=txn.one_shot and not blocks)
         log.debug("add_member %r key %s -> pid %d", tid, member_key, mpid)
         return {"producer_id": mpid, "epoch": 0}
 
@@ -445,8 +445,9 @@ class TransactionCoordinator:
             if item["base_offset"] is None:
                 item["base_offset"] = next(it).base_offset
         self.observer.reserved()
-        # a member's (Spark task's) reservation is lazy: the driver's EndTxn confirms it
-        await self.commits.commit_or_queue(records, lazy=ps.member)
+        # a batch write's task's reservation is lazy: the driver's EndTxn confirms it
+        await self.commits.commit_or_queue(
+            records, lazy=ps.member and txn is not None and txn.one_shot)
         faults.point("after_reserve")
         log.debug("reserve pid %d epoch %d -> %s", pid, epoch, assigned)
         return out

@@ -1,4 +1,4 @@
-"""A Spark write's membership and reservations are lazy log records, with real coordinators.
+"""A Spark batch write's membership and reservations are lazy log records, real coordinators.
 
 A batch write's one-shot id, its tasks' memberships and their reservations are answered at
 once and ride in the append of the driver's EndTxn (its Prepare), so a write's tasks add no
@@ -73,6 +73,12 @@ def test_a_writes_members_and_reservations_ride_in_its_end_txn(tmp_path: Path) -
         # one append for the id, members, reservations, confirms and Prepare; one Complete
         assert _log_objects(st) - before <= 2
         assert [_values(st, "t", p) for p in range(2)] == [[b"v0"], [b"v1"]]
+        # a reusable id's members (a stream's micro-batch) still wait for their records
+        before = _log_objects(st)
+        stream = f"stream-{uuid.uuid4().hex[:8]}"
+        spid, sep = c.init_producer_id(stream)
+        c.add_member(stream, spid, sep, "b0-p0")
+        assert _log_objects(st) == before + 2
 
 
 def test_a_reservation_lost_with_its_coordinator_is_never_committed(tmp_path: Path) -> None:
@@ -86,7 +92,9 @@ def test_a_reservation_lost_with_its_coordinator_is_never_committed(tmp_path: Pa
     with CoordinatorProc(root, extra=LINGER, log_path=tmp_path / "a.log") as a:
         c = a.client()
         c.create_topic("t", 1)
-        pid, ep = c.init_producer_id(tid)  # a reusable id: durable at once
+        # the coordinator's first id takes a pid block: durable at once, one-shot as a
+        # batch write's
+        pid, ep = c.init_producer_id(tid, one_shot=True)
         mpid, mep = c.add_member(tid, pid, ep, "p0-a0")
         assert c.describe_txn(tid)["state"] == "Ongoing"  # a synced answer: member durable
         base = c.reserve(mpid, mep, {("t", 0): (0, 1)})[("t", 0)]
@@ -98,9 +106,10 @@ def test_a_reservation_lost_with_its_coordinator_is_never_committed(tmp_path: Pa
             c.end_txn(tid, pid, ep, commit=True, members=[mpid], written=[run])
         assert c.end_txn(tid, pid, ep, commit=False)["outcome"] == "abort"
         assert _values(st, "t", 0, "read_uncommitted") == []
-        # the same member writes again, at offsets of the new coordinator
-        pid2, ep2 = c.init_producer_id(tid)
-        m2, e2 = c.add_member(tid, pid2, ep2, "p0-a1")
+        # the write is redone under a new one-shot id, at the new coordinator's offsets
+        tid = f"job-{uuid.uuid4().hex[:8]}"
+        pid2, ep2 = c.init_producer_id(tid, one_shot=True)
+        m2, e2 = c.add_member(tid, pid2, ep2, "p0-a0")
         base2 = c.reserve(m2, e2, {("t", 0): (0, 1)})[("t", 0)]
         run2 = write(st, "t", 0, base2, m2, e2, ["again"])
         assert c.end_txn(tid, pid2, ep2, commit=True, members=[m2],
