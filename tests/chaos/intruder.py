@@ -1,4 +1,4 @@
-"""The intruder of an ``--acls`` chaos run: a principal that tries to write all run long.
+"""The intruder of an ``--acls`` chaos run: a principal that tries to write all along.
 
 Run as ``python -m chaos.intruder ...`` by the harness (run.py, ``--acls``) with the token
 of ``User:intruder`` in its environment (chaos/acls.py: READ on the chaos topics, WRITE on
@@ -16,6 +16,8 @@ Its values (``worker * 10**7 + n``, unique in the run) are recorded before each 
 authorization error, ``accepted`` if the commit returned, ``unknown`` for anything else,
 a fault's timeout or an unreachable coordinator). The checker reports any of its values
 read (``unauthorized-visible``) and any attempt accepted (``unauthorized-accepted``).
+It stops at its duration, or once the harness writes ``intruder.stop`` beside the history
+(the producers are done).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from txnlog.coordinator.client.producer import TransactionalProducer
 from .history import HistoryWriter
 from .workload import discover, err, partitions
 
+STOP_FILE = "intruder.stop"
 # The coordinator's 403 answers (Kafka's authorization errors)
 REFUSED = (cerr.TopicAuthorizationFailedError, cerr.TransactionalIdAuthorizationFailedError,
            cerr.ClusterAuthorizationFailedError, cerr.GroupAuthorizationFailedError)
@@ -101,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     counter = [0]
     with HistoryWriter(Path(args.history) / f"{proc}.jsonl", proc) as hist:
         n = 0
-        while n < args.txns and time.monotonic() < deadline:
+        stop = Path(args.history) / STOP_FILE  # the producers are done (run.py)
+        while n < args.txns and time.monotonic() < deadline and not stop.exists():
             attempt(args, hist, rng, n, counter)
             n += 1
             time.sleep(rng.uniform(0.5, 1.5) * args.interval)
