@@ -39,6 +39,11 @@ visibility across partitions and topics through one stable snapshot):
   ``t0 + retention`` cannot be "unknown" unless the id was dropped early.
 - ``retry-changed``: such a retry, inside or after the retention period, was answered with
   another definite outcome than the first answer (an "unknown id" after the period is fine).
+- ``unauthorized-visible``: a read (any isolation level, any mode) returned a value the
+  intruder of an ``--acls`` run tried to write (``intrude`` ops): a principal without WRITE
+  on the topic, or on the transactional id, got a record into the log.
+- ``unauthorized-accepted``: one of the intruder's attempts was answered as committed
+  (``intrude-end`` op with outcome ``accepted``) instead of refused.
 - ``stream-lost`` / ``stream-duplicate`` / ``stream-phantom`` / ``stream-order``: the
   streaming pipeline's output (``stream-final`` op: ``out:<tp>:<offset>:<value>`` records)
   against the final read_committed read of its input: every committed input record exactly
@@ -62,7 +67,8 @@ ANOMALIES = ("lost-write", "aborted-read", "torn-transaction", "duplicate",
              "inconsistent-offset", "nonmonotonic-poll", "poll-skip", "read-past-lso",
              "read-past-hw", "nonmonotonic-send", "phantom-read", "stream-lost",
              "stream-duplicate", "stream-phantom", "stream-order", "early-drop",
-             "retry-changed", "read-below-log-start")
+             "retry-changed", "read-below-log-start", "unauthorized-visible",
+             "unauthorized-accepted")
 FULL_MODES = ("scan", "final", "spark")
 MAX_EXAMPLES = 5
 
@@ -186,9 +192,10 @@ def check(ops_in: Iterable[dict[str, Any]], compacted: bool = False) -> Result:
         gone, gone_uncommitted = removable(ops, txns, where, finals[-1] if finals else None)
         res.stats["superseded"] = len(gone)
     _check_retries(res, [op for op in ops if op["f"] == "retry"])
+    intruder = _check_unauthorized(res, ops, polls)
     _check_values(res, polls, by_value,
                   _resolved_aborted(txns, finals[-1], where, gone | gone_uncommitted)
-                  if finals else frozenset())
+                  if finals else frozenset(), intruder)
     _check_offsets(res, polls, gone | gone_uncommitted)
     _check_bounds(res, polls)
     _check_consumers(res, polls)
@@ -289,8 +296,38 @@ def _inside(spans: Any, offset: int) -> bool:
     return i >= 0 and spans[i][0] <= offset < spans[i][1]
 
 
+def _check_unauthorized(res: Result, ops: list[dict[str, Any]],
+                        polls: list[dict[str, Any]]) -> set[int]:
+    """unauthorized-visible / -accepted: the intruder's values in any read, its attempts
+    answered as committed. Returns its values (reported here, not as phantoms)."""
+    attempts = [op for op in ops if op["f"] == "intrude"]
+    if not attempts:
+        return set()
+    values = {int(v) for op in attempts for v in op.get("values") or []}
+    txn_of = {int(v): op["txn"] for op in attempts for v in op.get("values") or []}
+    for op in polls:
+        for tp, offset, value in _reads(op):
+            if value in values:
+                res.add("unauthorized-visible", proc=op["proc"], mode=op.get("mode"),
+                        isolation=op.get("isolation"), tp=tp, offset=offset, value=value,
+                        txn=txn_of[value])
+    refused: dict[str, int] = defaultdict(int)
+    ends = [op for op in ops if op["f"] == "intrude-end"]
+    for op in ends:
+        if op.get("outcome") == "accepted":
+            res.add("unauthorized-accepted", proc=op["proc"], txn=op["txn"],
+                    attempt=op.get("kind"), tid=op.get("tid"))
+        elif op.get("outcome") == "refused":
+            refused[str(op.get("error", "")).partition(":")[0]] += 1
+    res.stats["intruder_attempts"] = len(ends)
+    res.stats["intruder_refused"] = sum(refused.values())
+    res.stats["intruder_refusals"] = dict(refused)
+    return values
+
+
 def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, Txn],
-                  resolved_aborted: AbstractSet[str] = frozenset()) -> None:
+                  resolved_aborted: AbstractSet[str] = frozenset(),
+                  intruder: AbstractSet[int] = frozenset()) -> None:
     """aborted-read, duplicate (across reads and within one), phantom-read.
 
     A copy of a value at an offset of aborted data (``_aborted_copies``) is not a
@@ -307,7 +344,9 @@ def _check_values(res: Result, polls: list[dict[str, Any]], by_value: dict[int, 
         for tp, offset, value in _reads(op):
             txn = by_value.get(value)
             if txn is None:
-                res.add("phantom-read", proc=op["proc"], tp=tp, offset=offset, value=value)
+                if value not in intruder:  # the intruder's: unauthorized-visible
+                    res.add("phantom-read", proc=op["proc"], tp=tp, offset=offset,
+                            value=value)
                 continue
             if rc and (txn.status == "aborted" or txn.id in resolved_aborted):
                 res.add("aborted-read", proc=op["proc"], mode=op.get("mode"), tp=tp,

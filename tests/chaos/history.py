@@ -17,6 +17,9 @@ Operations (``f``), each with ``proc``, ``t0``/``t1`` (wall-clock seconds) and `
   ``reads`` ({"t-p": [[offset, value], ...]}); the final read_uncommitted scan also has
   ``producers`` ({"t-p": [[base offset, last offset, producer id], ...]}: the stored data
   batches it covered).
+- ``intrude`` / ``intrude-end`` (the intruder of an ``--acls`` run, chaos/intruder.py):
+  ``txn``, ``kind``, ``tid``, ``values`` (recorded before the attempt) / ``outcome``
+  (``refused``, ``accepted`` or ``unknown``), ``error``;
 - ``info``: free-form notes (fault injected, process restarted); ignored by the checker.
 """
 

@@ -43,8 +43,10 @@ from txnlog.log_format.storage import Storage  # noqa: E402
 
 from . import checker, workload  # noqa: E402
 from . import retention as chaos_retention  # noqa: E402
+from .acls import TOKEN_ENV, ChaosAccess  # noqa: E402
 from .gateway_faults import GATEWAY_FAULTS, GatewaySide  # noqa: E402
 from .history import HistoryWriter, read_history  # noqa: E402
+from .intruder import STOP_FILE  # noqa: E402
 from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
 BUCKET = "txnlog-chaos"
@@ -144,6 +146,8 @@ class Outcome:
     one_shot_retries_same: int = 0  # ... answered as the first time (the rest: unknown id)
     aborted_copies: int = 0  # values read in aborted data of another producer (checker)
     one_shot_dropped: int = 0  # one-shot ids the coordinators dropped (their logs)
+    intruder_attempts: int = 0  # --acls: the intruder's write attempts (checker)
+    intruder_refused: int = 0  # ... refused with an authorization error (the rest: unknown)
     merges: int = 0  # manifests published (the newest one's seq, summed over partitions)
     segments: int = 0  # closed Kafka segments (level 0) named by the newest manifests
     compacted: int = 0  # of which compacted by the log cleaner (compacted topics)
@@ -244,7 +248,8 @@ class Scenario:
     """One fault class on one backend; every process it starts is stopped in `cleanup`."""
 
     def __init__(self, fault: str, backend: str, profile: Profile, out: Path, seed: int,
-                 s3: S3Server | None = None, unsafe: str = "", retention: bool = False) -> None:
+                 s3: S3Server | None = None, unsafe: str = "", retention: bool = False,
+                 acls: bool = False) -> None:
         self.fault = fault
         self.retention = retention  # retention.bytes + DeleteRecords (chaos/retention.py)
         self.backend = backend
@@ -283,6 +288,13 @@ class Scenario:
         if unsafe:
             self.env_extra["TXNLOG_UNSAFE"] = unsafe
         self.root = self._make_root()
+        # --acls: coordinators with --principals, a principal per worker (chaos/acls.py);
+        # the harness itself (and gateways, Spark drivers) hold the shared token
+        self.access = ChaosAccess(self.root, self.dir, f"{fault}{seed}") if acls else None
+        self.saved_token = os.environ.get(TOKEN_ENV)
+        if self.access is not None:
+            os.environ[TOKEN_ENV] = self.access.shared
+        self.intruder: subprocess.Popen[bytes] | None = None
         # Kafka clients through a gateway instead of the harness's producers
         self.gateway = GatewaySide(self) if fault in GATEWAY_FAULTS else None
 
@@ -350,7 +362,9 @@ class Scenario:
                                 extra=["--log-level", "INFO", "--heartbeat-ms", "1000",
                                        "--one-shot-id-retention-ms",
                                        str(ONE_SHOT_RETENTION_MS), *MERGE_ARGS,
-                                       *chaos_retention.COORDINATOR_ARGS])
+                                       *chaos_retention.COORDINATOR_ARGS,
+                                       *(self.access.coordinator_args()
+                                         if self.access is not None else [])])
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -397,7 +411,10 @@ class Scenario:
                 "--one-shot-retention-ms", str(ONE_SHOT_RETENTION_MS),
                 "--kill-after-put-p",
                 str(KILL_AFTER_PUT_P if self.fault == "writer-kill-mid-flush" else 0.0)]
-        proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
+        env = _env(self.env_extra)
+        if self.access is not None:  # its own principal, exactly its transactional ids
+            env.update(self.access.producer_env(w))
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(self.dir / f"w{w}.log", "wb"),  # noqa: SIM115
                                 start_new_session=True)
@@ -412,12 +429,34 @@ class Scenario:
         args = [sys.executable, "-m", "chaos.workload", "consumer", "--root", self.root,
                 "--history", str(self.hist_dir), "--worker", str(w),
                 "--duration", str(duration)]
-        proc = subprocess.Popen(args, env=_env(self.env_extra), stdin=subprocess.DEVNULL,
+        env = _env(self.env_extra)
+        if self.access is not None:
+            env.pop(TOKEN_ENV, None)  # storage readers: no coordinator call, so no token
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(self.dir / f"c{w}.log", "wb"),  # noqa: SIM115
                                 start_new_session=True)
         with self.lock:
             self.workers.append(proc)
+
+    def start_intruder(self, duration: float, victims: int) -> None:
+        """The ``--acls`` intruder (chaos/intruder.py): writes it must be refused, all run."""
+        assert self.access is not None
+        w = self.next_worker
+        self.next_worker += 1
+        args = [sys.executable, "-m", "chaos.intruder", "--root", self.root,
+                "--history", str(self.hist_dir), "--worker", str(w), "--run",
+                f"{self.fault}{self.seed}", "--seed", str(self.seed), "--victims",
+                str(victims), "--duration", str(duration)]
+        env = {**_env(self.env_extra), **self.access.intruder_env(w)}
+        log = open(self.dir / f"x{w}.log", "wb")  # noqa: SIM115
+        self.intruder = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=log,
+                                         start_new_session=True)
+        with self.lock:
+            self.workers.append(self.intruder)
+        self.intruder_tid = self.access.intruder_tid(w)
+        self.note("intruder-start", worker=w, pid=self.intruder.pid)
 
     def spark_jobs_running(self) -> bool:
         return any(not (self.ctl / f"done-{w}").exists() for w, _ in self.live_spark())
@@ -991,6 +1030,8 @@ class Scenario:
             self.start_producer(zombie_p=0.15 if self.fault in ("zombie", "mixed") else 0.0)
         for _ in range(p.consumers):
             self.start_consumer(p.duration + 5)
+        if self.access is not None:
+            self.start_intruder(p.duration, victims=self.next_worker)
         nemesis = threading.Thread(target=self.nemesis, name="nemesis", daemon=True)
         if self.fault != "none":
             nemesis.start()
@@ -1003,6 +1044,8 @@ class Scenario:
                 self.stop_nemesis.set()
                 self.heal()
         self.stop_nemesis.set()
+        if self.intruder is not None:  # it tried all along the workload; the rest is reads
+            (self.hist_dir / STOP_FILE).write_text("1")
         if nemesis.is_alive():
             nemesis.join(30)
         self.heal()
@@ -1032,8 +1075,12 @@ class Scenario:
         out.examples = res.anomalies
         for k in ("txns", "committed", "aborted", "unknown", "records", "committed_records",
                   "torn_above_lso", "stream_records", "one_shot_retries",
-                  "one_shot_retries_same", "aborted_copies"):
+                  "one_shot_retries_same", "aborted_copies", "intruder_attempts",
+                  "intruder_refused"):
             setattr(out, k, res.stats.get(k, 0))
+        if self.access is not None and not out.intruder_refused:
+            out.error = "the intruder was never refused: the --acls run proves nothing"
+
         for log_file in self.dir.glob("coord-*.log"):
             out.one_shot_dropped += sum(
                 int(n) for n in re.findall(r"dropping (\d+) one-shot",
@@ -1065,7 +1112,8 @@ class Scenario:
         out = [f"{op.get('proc')} {op['f']}: {text}" for op in ops
                for text in (op.get("error"), op.get("answer")) if workload.is_bug(text)]
         # the workers' logs (w<N>, c<N>), not the coordinators' (coord-<N>)
-        for log_file in sorted([*self.dir.glob("w[0-9]*.log"), *self.dir.glob("c[0-9]*.log")]):
+        for log_file in sorted([*self.dir.glob("w[0-9]*.log"), *self.dir.glob("c[0-9]*.log"),
+                                *self.dir.glob("x[0-9]*.log")]):
             text = log_file.read_text(errors="replace")
             out += [f"{log_file.name}: {m.group(0)}"
                     for m in re.finditer(r"^.*\S.*$", text, re.MULTILINE)
@@ -1114,6 +1162,8 @@ class Scenario:
 
     def txn_ids(self) -> list[str]:
         ids = [f"chaos-{self.fault}{self.seed}-w{w}" for w in self.producers]
+        if self.intruder is not None:
+            ids.append(self.intruder_tid)
         return [*ids, self.spark_tid()] if self.spark else ids
 
     def cleanup(self) -> None:
@@ -1150,6 +1200,11 @@ class Scenario:
         self.hist.close()
         for k in self.env_extra:
             os.environ.pop(k, None)
+        if getattr(self, "access", None) is not None:
+            if self.saved_token is None:
+                os.environ.pop(TOKEN_ENV, None)
+            else:
+                os.environ[TOKEN_ENV] = self.saved_token
         if self.s3 is not None:
             os.environ.update(self.s3.env())
         Storage.clear_cache()
@@ -1174,7 +1229,7 @@ def restart_s3(server: S3Server, down_s: float = 0.5) -> None:
 # ====================================================================== CLI
 def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path, seed: int,
             unsafe: str = "", log: Callable[[str], None] = print,
-            retention: bool = False) -> list[Outcome]:
+            retention: bool = False, acls: bool = False) -> list[Outcome]:
     from txnlog.log_format.arrow.warmup import warm_up
 
     warm_up()  # compile the codec once here, not in every worker inside the fault clock
@@ -1191,7 +1246,7 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
                 if fault not in allowed:
                     continue
                 res = Scenario(fault, backend, profile, out, seed, s3, unsafe,
-                               retention).run()
+                               retention, acls).run()
                 results.append(res)
                 log(f"{fault:24s} {backend:4s} txns={res.txns} committed={res.committed} "
                     f"unknown={res.unknown} records={res.records} faults={res.faults_injected}"
@@ -1199,7 +1254,9 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
                     f" compacted={res.compacted}"
                     f" merged={res.merged_share} late_writes={res.late_writes}/"
                     f"{res.late_writes_tried} held={res.held_scans}/gone={res.held_gone}"
-                    f" anomalies={res.anomalies or 0} error={res.error} {res.seconds}s")
+                    + (f" intruder={res.intruder_refused}/{res.intruder_attempts} refused"
+                       if acls else "")
+                    + f" anomalies={res.anomalies or 0} error={res.error} {res.seconds}s")
         finally:
             if s3 is not None:
                 s3.stop()
@@ -1253,6 +1310,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retention", action="store_true",
                     help="retention.bytes on the chaos topics and DeleteRecords all along "
                          "(chaos/retention.py); the checker knows each read's log start")
+    ap.add_argument("--acls", action="store_true",
+                    help="coordinators with --principals: every producer its own principal "
+                         "and ACLs, plus an intruder whose writes must all be refused "
+                         "(chaos/acls.py, chaos/intruder.py)")
     ap.add_argument("--table", type=Path, nargs="+", default=None,
                     help="print the markdown table of results.json file(s) and exit")
     args = ap.parse_args(argv)
@@ -1272,7 +1333,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"chaos run: profile={profile} out={out}")
     results = run_all(faults, args.backend.split(","), profile, out, args.seed,
-                      unsafe=args.unsafe, retention=args.retention)
+                      unsafe=args.unsafe, retention=args.retention, acls=args.acls)
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     bad = [r for r in results if not r.ok]
     print(f"{len(results)} scenarios, {len(bad)} with anomalies or errors; results in {out}")

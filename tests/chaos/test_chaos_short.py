@@ -24,8 +24,8 @@ SLOW_S3 = ["coordinator-kill", "s3-pause", "zombie", "mixed"]
 SPARK = ["spark-worker-kill", "spark-driver-kill", "spark-driver-pause"]
 
 
-def _check(fault: str, backend: str, tmp_path: Path) -> None:
-    (res,) = run_all([fault], [backend], SHORT, tmp_path, seed=7, log=print)
+def _check(fault: str, backend: str, tmp_path: Path, acls: bool = False) -> None:
+    (res,) = run_all([fault], [backend], SHORT, tmp_path, seed=7, log=print, acls=acls)
     print(res)
     assert res.error is None, res.error
     assert res.committed > 0
@@ -49,12 +49,29 @@ def _check(fault: str, backend: str, tmp_path: Path) -> None:
     if fault.startswith("spark-"):
         assert res.spark_jobs.get("committed", 0) > 0, res.spark_jobs
         assert res.stream_records > 0
+    if acls:  # the intruder was refused (with no fault: every time) and never read
+        assert res.intruder_refused > 0, res
+        if fault == "none":
+            assert res.intruder_refused == res.intruder_attempts, res
 
 
 @pytest.mark.parametrize("fault", [*DEFAULT_FILE,
                                    *(pytest.param(f, marks=pytest.mark.slow) for f in SLOW_FILE)])
 def test_chaos_file(fault: str, tmp_path: Path) -> None:
     _check(fault, "file", tmp_path)
+
+
+def test_chaos_file_acls(tmp_path: Path) -> None:
+    """ACLs on (``--acls``): the producers as principals allowed exactly their
+    transactional ids, an intruder that may write nothing, no anomaly (checker:
+    ``unauthorized-visible``, ``unauthorized-accepted``). Other classes: ``-m slow``."""
+    _check("none", "file", tmp_path, acls=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["coordinator-kill", "client-kill"])
+def test_chaos_file_acls_faults(fault: str, tmp_path: Path) -> None:
+    _check(fault, "file", tmp_path, acls=True)
 
 
 @pytest.mark.parametrize("fault", [*DEFAULT_S3,

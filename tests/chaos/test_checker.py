@@ -293,3 +293,31 @@ def test_records_below_the_log_start_are_deleted_not_lost() -> None:
 @pytest.mark.parametrize("drop", range(len(CLEAN)))
 def test_dropping_any_op_never_crashes(drop: int) -> None:
     check(CLEAN[:drop] + CLEAN[drop + 1:])
+
+
+def _intrude(txn: str, values: list[int], outcome: str, error: str | None) -> list[dict[str, Any]]:
+    return [{"f": "intrude", "proc": "x9", "txn": txn, "kind": "own", "tid": "chaos-x9",
+             "values": values, "t0": 0.0, "t1": 0.0},
+            {"f": "intrude-end", "proc": "x9", "txn": txn, "kind": "own", "tid": "chaos-x9",
+             "outcome": outcome, "error": error, "t0": 0.0, "t1": 0.0}]
+
+
+def test_the_intruders_values_must_never_be_read() -> None:
+    """An ``--acls`` run's intruder: refused attempts whose values no read returns are
+    valid; one of its values in any read (read_uncommitted too) is unauthorized-visible
+    (not a phantom), an attempt answered as committed unauthorized-accepted."""
+    refused = [*_intrude("x9:0", [90, 91], "refused",
+                         "TopicAuthorizationFailedError: WRITE on topics ['a']"),
+               *_intrude("x9:1", [92], "refused",
+                         "TransactionalIdAuthorizationFailedError: WRITE on w1"),
+               *_intrude("x9:2", [93], "unknown", "OSError: connection refused")]
+    res = check([*CLEAN, *refused])
+    assert res.valid, res.summary()
+    assert res.stats["intruder_attempts"] == 3 and res.stats["intruder_refused"] == 2
+    assert res.stats["intruder_refusals"] == {"TopicAuthorizationFailedError": 1,
+                                              "TransactionalIdAuthorizationFailedError": 1}
+    seen = poll({"a-0": [[7, 90]]}, iso="read_uncommitted", proc="u2",
+                bounds={"a-0": [8, 8]}, ranges={"a-0": [7, 8]})
+    assert kinds([*CLEAN, *refused, seen]) == {"unauthorized-visible"}
+    accepted = _intrude("x9:3", [94], "accepted", None)
+    assert kinds([*CLEAN, *refused, *accepted]) == {"unauthorized-accepted"}

@@ -711,6 +711,24 @@ def test_the_harness_catches_a_planted_bug(planted: str, fault: str, seconds: fl
     pytest.fail(f"{planted}: no run of seeds {seeds} reported {reported!r}: {missed}")
 
 
+def test_the_harness_catches_an_intruder_with_a_super_users_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--acls``, planted: the intruder is given the shared (super user's) token
+    (``TXNLOG_CHAOS_INTRUDER_SUPER=1``), so its writes commit; the harness reports them.
+    The safe run is ``test_chaos_short.test_chaos_file_acls``."""
+    from dataclasses import replace
+
+    from .acls import INTRUDER_SUPER_ENV
+    from .run import PROFILES, run_all
+
+    monkeypatch.setenv(INTRUDER_SUPER_ENV, "1")
+    (res,) = run_all(["none"], ["file"], replace(PROFILES["short"], duration=5.0), tmp_path,
+                     seed=3, log=print, acls=True)
+    assert "unauthorized-accepted" in res.anomalies, res
+    assert "unauthorized-visible" in res.anomalies, res
+    assert res.error is not None and "never refused" in res.error
+
+
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "compact_ignore_aborted"])
 def test_compact_ignore_aborted_loses_the_latest_committed_value(
         planted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
