@@ -184,7 +184,8 @@ def test_merged_away_objects_are_deleted_and_a_zombie_name_stays_invisible(
         assert values(storage, "g") == committed
         # a zombie's late put-if-absent into a partition's name below M succeeds ...
         freed = layout.segment_path("g", 0, 10)
-        assert storage.put_if_absent(freed, storage.get(man.objects[0].path("g", 0)))
+        zombie = encode_batch([(None, b"zombie", [], None)], base_offset=10)
+        assert storage.put_if_absent(freed, zombie)
         # ... and no reader sees it
         assert values(storage, "g") == committed
         # the planted bug "a reader trusting merged-away small objects" reads the zombie's
