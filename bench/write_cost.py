@@ -193,6 +193,43 @@ def run_spark(root: str, coord: CoordinatorProc, partitions: int, rows: int
             "seconds": round(dt, 2), "objects": objects, "calls": calls}
 
 
+def run_spark_stream(root: str, coord: CoordinatorProc, partitions: int, rows: int,
+                     batches: int = 4) -> dict[str, Any]:
+    """A txnlog -> txnlog stream into ``partitions`` partitions: ``rows`` records (written
+    by one batch write into a 4-partition source first) in ``batches`` micro-batches; the
+    objects the root gains while it runs, per micro-batch."""
+    from pyspark.sql import SparkSession
+
+    src, out = f"src{partitions}", f"st{partitions}"
+    coord.client().create_topic(src, 4)
+    coord.client().create_topic(out, partitions)
+    spark = (SparkSession.builder.master("local[4]").appName("write-cost")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    (spark.range(rows, numPartitions=4)
+       .selectExpr("CAST(id AS STRING) AS key", "repeat('x', 100) AS value")
+       .write.format("txnlog").option("topic", src).option("coordinator", coord.endpoint)
+       .mode("append").save(root))
+    storage = Storage.for_url(root)
+    before, calls0 = count_objects(storage), coordinator_calls(coord.endpoint)
+    t0 = time.perf_counter()
+    query = (spark.readStream.format("txnlog").option("subscribe", src)
+             .option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", -(-rows // batches)).load(root)
+             .selectExpr("key", "value").writeStream.format("txnlog").option("topic", out)
+             .option("coordinator", coord.endpoint)
+             .option("checkpointLocation", tempfile.mkdtemp(prefix="txnlog-wc-ck-"))
+             .trigger(availableNow=True).start(root))
+    query.awaitTermination()
+    dt = time.perf_counter() - t0
+    done = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    objects = count_objects(storage) - before
+    calls = coordinator_calls(coord.endpoint) - calls0
+    return {"scenario": "spark-stream", "partitions": partitions, "rows": rows,
+            "micro_batches": len(done), "seconds": round(dt, 2), "objects": objects,
+            "objects_per_batch": round(objects / max(1, len(done)), 2),
+            "calls_per_batch": round(calls / max(1, len(done)), 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", default="1,16,64",
@@ -207,6 +244,8 @@ def main() -> None:
     ap.add_argument("--transactions", type=int, default=20)
     ap.add_argument("--spark", action="store_true", help="also one Spark write per count")
     ap.add_argument("--spark-records", type=int, default=200_000)
+    ap.add_argument("--spark-stream", action="store_true",
+                    help="also a txnlog -> txnlog stream (4 micro-batches) per count")
     ap.add_argument("--s3", action="store_true", help="a SeaweedFS S3 root, not a folder")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON last")
     args = ap.parse_args()
@@ -235,7 +274,9 @@ def main() -> None:
                                                  args.value_bytes))
                 if args.spark:
                     rows.append(run_spark(base, coord, n, args.spark_records))
-            for r in rows[-len(scenarios) - int(args.spark):]:
+                if args.spark_stream:
+                    rows.append(run_spark_stream(base, coord, n, args.spark_records))
+            for r in rows[-len(scenarios) - int(args.spark) - int(args.spark_stream):]:
                 r["backend"] = "s3" if server is not None else "file"
                 print("# " + json.dumps(r), flush=True)
     finally:
