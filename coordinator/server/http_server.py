@@ -56,7 +56,9 @@ class HttpServer:
         self._handler: web.Server | None = None
         self._server: asyncio.Server | None = None
 
-    def _too_large(self) -> web.Response:
+    def _too_large(self, request: web.BaseRequest) -> web.Response:
+        log.warning("refused %s %s from %s: body larger than %d bytes", request.method,
+                    request.path, request.remote, self.max_body)
         return web.Response(status=413, content_type=_JSON, body=json.dumps({
             "error": "InvalidRequest", "code": 42,
             "message": f"request body larger than {self.max_body} bytes"}).encode())
@@ -80,24 +82,20 @@ class HttpServer:
             return await self._guarded(request)
         why = self.tokens.refusal(request.path, request.headers.get("Authorization"))
         if why is not None:
-            log.warning("refused %s %s from %s: %s", request.method, request.path,
-                        request.remote, why)
-            if self.on_refused is not None:
-                self.on_refused()
-            return web.Response(status=401, body=_UNAUTHORIZED, content_type=_JSON,
-                                headers={"WWW-Authenticate": 'Bearer realm="txnlog"'})
+            return self._unauthorized(request, why)
         body = await self._read_body(request)
         if body is None:
-            log.warning("refused %s %s from %s: body larger than %d bytes", request.method,
-                        request.path, request.remote, self.max_body)
-            return self._too_large()
-        try:
-            reply = await self.route(request.method, request.path, body)
-        except Exception:
-            log.exception("%s %s failed", request.method, request.path)
-            reply = _FAILED
-        ctype = reply[2].decode() if len(reply) == 3 else _JSON  # type: ignore[misc]
-        return web.Response(status=reply[0], body=reply[1], headers={"Content-Type": ctype})
+            return self._too_large(request)
+        return await self._answer(request, body)
+
+    def _unauthorized(self, request: web.BaseRequest, why: str) -> web.Response:
+        """401, logged and counted."""
+        log.warning("refused %s %s from %s: %s", request.method, request.path,
+                    request.remote, why)
+        if self.on_refused is not None:
+            self.on_refused()
+        return web.Response(status=401, body=_UNAUTHORIZED, content_type=_JSON,
+                            headers={"WWW-Authenticate": 'Bearer realm="txnlog"'})
 
     async def _guarded(self, request: web.BaseRequest) -> web.StreamResponse:
         """``_handle`` with principals: who asks (the shared token: a super user; a
@@ -116,15 +114,10 @@ class HttpServer:
             log.exception("principals not readable")
             subject = None
         if subject is None:
-            log.warning("refused %s %s from %s: no valid token", request.method, path,
-                        request.remote)
-            if self.on_refused is not None:
-                self.on_refused()
-            return web.Response(status=401, body=_UNAUTHORIZED, content_type=_JSON,
-                                headers={"WWW-Authenticate": 'Bearer realm="txnlog"'})
+            return self._unauthorized(request, "no valid token")
         body = await self._read_body(request)
         if body is None:
-            return self._too_large()
+            return self._too_large(request)
         if path.startswith("/v1/") and not subject.super_user:
             try:
                 parsed = json.loads(body) if body else {}
