@@ -174,6 +174,15 @@ def _objects(storage: Storage) -> list[str]:
                   if o.name.endswith(".log"))
 
 
+def _unsnapshotted_log(storage: Storage, fatal: list[BaseException],
+                       lazy_linger_s: float) -> TxnLog:
+    """A log that never snapshots, so its objects are exactly its appends."""
+    return TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
+                  on_fatal=fatal.append, snapshot_every_records=10**9,
+                  snapshot_every_objects=10**9, snapshot_every_s=10**9,
+                  lazy_linger_s=lazy_linger_s)
+
+
 def test_lazy_records_ride_in_the_next_eager_append(tmp_path) -> None:
     """A lazy append starts no write: it goes out with the next eager one, in the same
     object and before it (the log is sequential), so what depends on it is durable after."""
@@ -181,10 +190,7 @@ def test_lazy_records_ride_in_the_next_eager_append(tmp_path) -> None:
 
     async def scenario() -> None:
         fatal: list[BaseException] = []
-        log = TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
-                     on_fatal=fatal.append, snapshot_every_records=10**9,
-                     snapshot_every_objects=10**9, snapshot_every_s=10**9,
-                     lazy_linger_s=3600)
+        log = _unsnapshotted_log(storage, fatal, lazy_linger_s=3600)
         log.start()
         await log.append([_takeover(1, 0)])
         before = _objects(storage)
@@ -205,10 +211,7 @@ def test_lazy_records_are_written_by_sync_or_when_the_linger_is_over(tmp_path) -
     storage = Storage.for_url(str(tmp_path))
 
     async def scenario() -> None:
-        log = TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
-                     on_fatal=lambda exc: None, snapshot_every_records=10**9,
-                     snapshot_every_objects=10**9, snapshot_every_s=10**9,
-                     lazy_linger_s=0.2)
+        log = _unsnapshotted_log(storage, [], lazy_linger_s=0.2)
         log.start()
         first = log.append([_takeover(1, 0)], lazy=True)
         await asyncio.wait_for(first, 30)  # the linger ran out: written on its own
@@ -228,10 +231,7 @@ def test_a_halted_log_loses_lazy_records_and_nothing_after_them(tmp_path) -> Non
     storage = Storage.for_url(str(tmp_path))
 
     async def scenario() -> None:
-        log = TxnLog(storage, 0, snapshot_fn=lambda: {}, protected_fn=lambda: [0],
-                     on_fatal=lambda exc: None, snapshot_every_records=10**9,
-                     snapshot_every_objects=10**9, snapshot_every_s=10**9,
-                     lazy_linger_s=3600)
+        log = _unsnapshotted_log(storage, [], lazy_linger_s=3600)
         log.start()
         await log.append([_takeover(1, 0)])
         log.append([_takeover(1, 1)], lazy=True)
