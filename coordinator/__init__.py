@@ -20,7 +20,8 @@ Packages, by role (Kafka keeps the same split: ``coordinator/transaction``,
 - ``cli``: the ``txnlog`` command line
 
 Modules both sides share: ``errors`` (Kafka's error names as exceptions), ``security``
-(token and TLS), ``topic_config`` (topic configs as Kafka defines them) and ``wire`` (bytes
-in the API's JSON). The clients, the gateway and the schema registry never import the
+(token and TLS), ``topic_config`` (topic configs as Kafka defines them), ``wire`` (bytes
+in the API's JSON) and ``faults`` (crash points for tests, ``TXNLOG_FAULTS``, armed in the
+coordinator and in the gateway). The clients, the gateway and the schema registry never import the
 server's packages (``tests/test_layering.py``).
 """

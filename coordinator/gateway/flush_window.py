@@ -36,6 +36,7 @@ from typing import Any
 from txnlog.log_format.codec.batch_header import set_base_offset
 from txnlog.log_format.segments import shared_object
 
+from .. import faults
 from ..client.segment_writer import put_shared_object
 from ..errors import error_from_json
 from . import errors as E
@@ -206,6 +207,7 @@ class FlushWindow:
                               first.epoch)
         if path is None:
             raise OSError("three fresh shared object names were all taken")
+        faults.point("gateway_after_put")
         t2 = time.monotonic()
         it = iter(placed)
         confirms = []

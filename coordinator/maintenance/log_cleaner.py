@@ -59,7 +59,7 @@ from txnlog.log_format.segments.log_cleaner import (
     clean_log,
 )
 
-from ..server import faults
+from .. import faults
 from ..state.clean_state import CleanPlan, PartitionCleaning
 from ..state.coordinator_state import CoordinatorState
 from ..state.merge_state import PartitionMerges

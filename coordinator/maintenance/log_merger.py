@@ -47,7 +47,7 @@ from txnlog.log_format.manifest import DEFAULT_GRACE_MS, MIN_GRACE_MS, MergedObj
 from txnlog.log_format.segments.log_cleaner import DEFAULT_MAX_COMPACTION_LAG_MS
 from txnlog.log_format.storage import StorageError
 
-from ..server import faults
+from .. import faults
 from ..state.coordinator_state import CoordinatorState
 from ..state.merge_state import SMALL, MergeInput, MergePlan, PartitionMerges
 from ..state.partition_state import partition_key

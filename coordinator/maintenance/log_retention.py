@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING, Any
 from txnlog.log_format import layout
 from txnlog.log_format.manifest import MIN_GRACE_MS, new_manifest
 
+from .. import faults
 from ..errors import (
     OffsetOutOfRangeError,
     PolicyViolationError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from ..server import faults
 from ..state.merge_state import PartitionMerges
 from ..state.partition_state import partition_key
 from ..state.retention_state import RetainPlan

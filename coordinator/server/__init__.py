@@ -8,5 +8,4 @@
 - ``admin_ops``: what Kafka's admin tools ask a broker (lists and descriptions)
 - ``metrics``: the Prometheus metrics at ``GET /metrics``
 - ``standby``: ``--standby``: wait until the serving coordinator is gone, then serve
-- ``faults``: crash points for tests (``TXNLOG_FAULTS``)
 """

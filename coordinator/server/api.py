@@ -26,6 +26,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
+from .. import faults
 from ..errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
@@ -171,6 +172,7 @@ async def _reserve(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
 
 
 async def _confirm(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    faults.point("before_confirm")
     return await e.confirm(int(b["producer_id"]), int(b["epoch"]),
                            written_parts(b["partitions"]), bool(b.get("wait_stable", False)))
 

@@ -58,8 +58,8 @@ from txnlog.log_format.layout import (
 from txnlog.log_format.retry import RetriesExhausted, RetryPolicy, retry_async
 from txnlog.log_format.storage import Storage, StorageError
 
+from .. import faults
 from ..errors import KafkaStorageError, NotCoordinatorError
-from ..server import faults
 from .txn_log_records import LogRecord, from_kafka_record, to_kafka_record
 
 log = logging.getLogger("txnlog.coordinator.state.txn_log")

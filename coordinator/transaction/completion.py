@@ -35,8 +35,8 @@ from txnlog.log_format import layout
 from txnlog.log_format.codec.indexes import AbortedTxn, encode_txn_index
 from txnlog.log_format.retry import RetryPolicy, retry_async
 
+from .. import faults
 from ..errors import ConcurrentTransactionsError, InvalidTxnStateError, KafkaStorageError
-from ..server import faults
 from ..state.completion_plan import (
     CompletionPlan,
     MarkerEntry,

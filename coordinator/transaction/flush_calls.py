@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from .. import faults
 from ..errors import CoordinatorError, UnknownServerError, UnknownTopicOrPartitionError
 from ..wire import written_parts
 from .kafka_txn import kafka_clients
@@ -87,6 +88,7 @@ async def _reserve_many(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
 
 
 async def _confirm_many(e: TransactionCoordinator, b: dict[str, Any]) -> Any:
+    faults.point("before_confirm")
     entries = [{"producer_id": int(x["producer_id"]), "epoch": int(x["epoch"]),
                 "partitions": written_parts(x["partitions"])} for x in b["entries"]]
     return {"results": await confirm_many(e, entries, bool(b.get("wait_stable", False)))}

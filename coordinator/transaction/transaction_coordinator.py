@@ -35,6 +35,7 @@ from txnlog.log_format.layout import txn_state_log_path
 from txnlog.log_format.planted_bugs import enabled as unsafe
 from txnlog.log_format.storage import Storage
 
+from .. import faults
 from ..errors import (
     ConcurrentTransactionsError,
     InvalidPartitionsError,
@@ -54,7 +55,6 @@ from ..maintenance.log_cleaner import LogCleaner
 from ..maintenance.log_merger import LogMerger
 from ..maintenance.log_retention import DEFAULT_CHECK_INTERVAL_MS, LogRetention
 from ..maintenance.merge_policy import MergeSettings
-from ..server import faults
 from ..state.coordinator_state import CoordinatorState
 from ..state.partition_state import (
     Offsets,

@@ -1,7 +1,10 @@
 """The Kafka-gateway fault classes of the chaos harness: a `txnlog gateway`
 serving Kafka clients (chaos/kafka_workload.py) that is SIGKILLed and restarted on the same
 port, alone (``gateway-kill``) or with the coordinator killed too (``gateway-coordinator-
-kill``: the gateway follows the new coordinator through ``_coordinator.json``).
+kill``: the gateway follows the new coordinator through ``_coordinator.json``), or dying at
+its fault point between a flush window's shared-object put and its confirm
+(``gateway-kill-mid-flush``: each gateway is started armed to die at its N-th put, N at
+random, and a new armed one replaces it; the healing starts an unarmed one).
 
 Kept apart from run.py (which calls in through a few hooks): ``GatewaySide`` starts the
 gateway and the Kafka-client workers of one scenario, injects the faults and stops them.
@@ -26,7 +29,9 @@ from gateway_proc import GatewayProc
 if TYPE_CHECKING:
     from .run import Scenario
 
-GATEWAY_FAULTS = ("gateway-kill", "gateway-coordinator-kill")
+GATEWAY_FAULTS = ("gateway-kill", "gateway-coordinator-kill", "gateway-kill-mid-flush")
+# gateway-kill-mid-flush: a gateway dies at its N-th put, N drawn from this range
+PUTS_BEFORE_DEATH = (2, 25)
 
 
 def _free_port() -> int:
@@ -46,10 +51,15 @@ class GatewaySide:
         self.kills = 0
 
     # ---- the gateway -------------------------------------------------------------------
-    def start(self) -> GatewayProc:
+    def start(self, die_at_put: int | None = None) -> GatewayProc:
+        """A gateway on the scenario's port; ``die_at_put``: armed to SIGKILL itself right
+        after its N-th flush window's put (before the confirm)."""
         from .run import _env
 
         extra = {k: v for k, v in _env(self.scn.env_extra).items()}
+        extra.pop("TXNLOG_FAULTS", None)
+        if die_at_put is not None:
+            extra["TXNLOG_FAULTS"] = f"gateway_after_put:{die_at_put}"
         gw = GatewayProc(self.scn.root, extra=["--listen", self.bootstrap], env=extra)
         self.gateways.append(gw)
         try:
@@ -57,7 +67,7 @@ class GatewaySide:
         except Exception as exc:  # the old one's port not free yet: the nemesis tries again
             self.scn.note("gateway-start-failed", error=repr(exc)[:300])
             raise
-        self.scn.note("gateway-start", pid=gw.proc.pid, port=self.port)
+        self.scn.note("gateway-start", pid=gw.proc.pid, port=self.port, die_at_put=die_at_put)
         return gw
 
     def live(self) -> list[GatewayProc]:
@@ -108,9 +118,33 @@ class GatewaySide:
                 with contextlib.suppress(Exception):
                     c.wait_healthy(60)
 
+    def armed_start(self) -> None:
+        self.start(self.scn.rng.randint(*PUTS_BEFORE_DEATH))
+
+    def f_gateway_kill_mid_flush(self) -> bool:
+        """Replace a gateway that died at its point with a new armed one; while an armed one
+        lives, let the Kafka clients' flushes reach its point."""
+        if self.live():
+            return False
+        self.scn.note("gateway-died-at-point")
+        self.kills += 1
+        with contextlib.suppress(Exception):  # the port not free yet: next round
+            self.armed_start()
+        return True
+
+    def deaths_at_point(self) -> int:
+        """Gateways that SIGKILLed themselves between a put and its confirm (their logs)."""
+        n = 0
+        for g in self.gateways:
+            with contextlib.suppress(OSError):
+                n += "fault point gateway_after_put reached" in g.log_path.read_text(
+                    errors="replace")
+        return n
+
     def faults(self) -> dict[str, Any]:
         return {"gateway-kill": self.f_gateway_kill,
-                "gateway-coordinator-kill": self.f_gateway_coordinator_kill}
+                "gateway-coordinator-kill": self.f_gateway_coordinator_kill,
+                "gateway-kill-mid-flush": self.f_gateway_kill_mid_flush}
 
     # ---- Kafka-client workers ------------------------------------------------------------
     def _spawn(self, role: str, w: int, log: str, *extra: str) -> subprocess.Popen[bytes]:

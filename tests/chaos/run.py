@@ -65,7 +65,7 @@ MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "
            "two-coordinators", "client-kill", "disk-full", "s3-pause", "s3-restart",
            "s3-proxy", "merge-worker")
 FAULT_POINTS = ("before_prepare", "after_prepare", "after_marker",
-                "after_complete_before_reply", "mid_snapshot", "after_reserve",
+                "after_complete_before_reply", "mid_snapshot", "after_reserve", "before_confirm",
                 "after_log_write", "after_merge_plan", "after_merge_output",
                 "after_merge_manifest")
 
@@ -1024,7 +1024,10 @@ class Scenario:
         if self.spark:
             self.start_spark()
         if self.gateway is not None:
-            self.gateway.start()
+            if self.fault == "gateway-kill-mid-flush":
+                self.gateway.armed_start()
+            else:
+                self.gateway.start()
             self.gateway.start_workload()
         for _ in range(p.producers if self.gateway is None else 0):
             self.start_producer(zombie_p=0.15 if self.fault in ("zombie", "mixed") else 0.0)

@@ -133,6 +133,35 @@ def test_crash_after_reserve_retry_gets_same_offsets(tmp_path: Path) -> None:
         assert_consistent(st)
 
 
+def test_crash_before_confirm_the_retried_confirm_commits_once(tmp_path: Path) -> None:
+    """The coordinator dies mid-flush: the writer's object is on storage, its reservation
+    durable, its confirm lost. The same confirm sent to the next coordinator makes the
+    records part of the transaction, once; a second retry changes nothing."""
+    root = (tmp_path / "root").as_uri()
+    st = Storage.for_url(root)
+    proc = CoordinatorProc(root, faults="before_confirm", log_path=tmp_path / "c1.log")
+    proc.wait_healthy()
+    c = proc.client(retry_for=0.5)
+    c.create_topic("t", PARTS)
+    pid, ep = c.init_producer_id("tx")
+    res = c.reserve(pid, ep, {("t", p): (0, 1) for p in range(PARTS)})
+    for (t, p), base in res.items():
+        assert write(st, t, p, base, pid, ep, [f"one-{p}"])
+    runs = [(t, p, b) for (t, p), b in res.items()]
+    with pytest.raises(CoordinatorUnavailableError):
+        c.confirm(pid, ep, runs)
+    assert proc.wait(30) == -9  # SIGKILLed itself at the point
+    assert "fault point before_confirm reached" in (tmp_path / "c1.log").read_text()
+    proc.stop()
+    with CoordinatorProc(root, log_path=tmp_path / "c2.log") as proc2:
+        c2 = proc2.client()
+        c2.confirm(pid, ep, runs)
+        c2.confirm(pid, ep, runs)  # a writer's retry after a lost answer
+        c2.end_txn("tx", pid, ep, True)
+        assert committed_values(st) == [[f"one-{p}".encode()] for p in range(PARTS)]
+        assert assert_consistent(st)[(pid, ep)] == {ControlType.COMMIT}
+
+
 def test_crash_before_prepare_then_timeout_aborts(tmp_path: Path) -> None:
     """A driver that never retries: the transaction times out and is aborted everywhere."""
     root = (tmp_path / "root").as_uri()

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txnlog.coordinator import faults
 from txnlog.coordinator.errors import InvalidTxnStateError
-from txnlog.coordinator.server import faults
 from txnlog.coordinator.state.txn_log import TxnLog, recover
 from txnlog.coordinator.transaction import completion
 from txnlog.coordinator.transaction.transaction_coordinator import TransactionCoordinator

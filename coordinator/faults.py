@@ -13,7 +13,13 @@ not written), after_merge_output (output written, manifest not), after_merge_man
 after_compact_manifest (the same three steps of a compaction, log_cleaner.py),
 after_retain_plan / after_retain_manifest (a retention or DeleteRecords change: ``retain``
 logged, its manifest not written / written, ``retained`` not logged), after_topic_delete_data
-(a deleted topic's objects gone, ``topic_delete`` done not logged; log_retention.py).
+(a deleted topic's objects gone, ``topic_delete`` done not logged; log_retention.py),
+before_confirm (a Confirm or ConfirmMany received and nothing of it logged: a flush's shared
+object is on storage and its reservation durable, its confirm lost with the coordinator),
+gateway_after_put (in ``txnlog gateway``: a flush window's shared object put, its confirm
+not sent).
+
+Shared by the coordinator and the gateway, so it lives beside ``errors``, outside both.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ POINTS = frozenset({"before_prepare", "after_prepare", "after_marker",
                     "after_log_write", "after_merge_plan", "after_merge_output",
                     "after_merge_manifest", "after_compact_plan", "after_compact_output",
                     "after_compact_manifest", "after_retain_plan", "after_retain_manifest",
-                    "after_topic_delete_data"})
+                    "after_topic_delete_data", "before_confirm", "gateway_after_put"})
 
-log = logging.getLogger("txnlog.coordinator.server.faults")
+log = logging.getLogger("txnlog.coordinator.faults")
 
 
 def _parse(spec: str) -> dict[str, int]:
