@@ -329,7 +329,8 @@ async def delete_records(backend: Backend, req: Any, version: int) -> dict[str, 
 
 # --------------------------------------------------------------------- DescribeCluster
 async def describe_cluster(backend: Backend, req: Any, version: int) -> dict[str, Any]:
-    """This gateway as the cluster's one broker and controller (as Metadata answers it);
+    """This gateway as the cluster's brokers (its broker ids, as Metadata answers them) and
+    controller;
     asked for controllers (v1 ``endpoint_type`` 2), MISMATCHED_ENDPOINT_TYPE, as a
     broker answers."""
     cfg = backend.config
@@ -343,8 +344,8 @@ async def describe_cluster(backend: Backend, req: Any, version: int) -> dict[str
                    error_message="the gateway answers for brokers (endpoint type 1)",
                    endpoint_type=int(req.endpoint_type))
         return out
-    out["brokers"] = [{"broker_id": cfg.node_id, "host": cfg.advertised_host,
-                       "port": cfg.advertised_port, "rack": None, "is_fenced": False}]
+    out["brokers"] = [{"broker_id": b, "host": cfg.advertised_host, "port": port,
+                       "rack": None, "is_fenced": False} for b, port in cfg.brokers()]
     return out
 
 
@@ -370,8 +371,10 @@ async def describe_configs(backend: Backend, req: Any, version: int) -> dict[str
             elif r.resource_type == BROKER:
                 _check_broker(backend, r.resource_name)
                 cfg = backend.config
+                node = int(r.resource_name or cfg.node_id)
+                port = dict(cfg.brokers())[node]
                 row["configs"] = C.broker_entries(
-                    cfg.node_id, f"{cfg.advertised_host}:{cfg.advertised_port}", keys,
+                    node, f"{cfg.advertised_host}:{port}", keys,
                     cfg.auto_create_topics, cfg.num_partitions)
             else:
                 raise _Refused(E.INVALID_REQUEST, f"resource type {r.resource_type} is not "
@@ -383,10 +386,11 @@ async def describe_configs(backend: Backend, req: Any, version: int) -> dict[str
 
 
 def _check_broker(backend: Backend, name: str) -> None:
-    node = backend.config.node_id
-    if name not in ("", str(node)):
-        raise _Refused(E.INVALID_REQUEST, f"unexpected broker id, expected {node} or empty "
-                                          f"string, but received {name[:100]!r}")
+    ids = [b for b, _ in backend.config.brokers()]
+    if name not in ("", *map(str, ids)):
+        raise _Refused(E.INVALID_REQUEST, f"unexpected broker id, expected one of "
+                                          f"{ids[0]}, {ids[-1]}... or empty string, but "
+                                          f"received {name[:100]!r}")
 
 
 # ------------------------------------------------------- (Incremental)AlterConfigs

@@ -18,12 +18,15 @@ from ..wire import unb64
 from . import errors as E
 from .admin import MAX_ITEMS, _answer, _call, _Calls, _Refused, _too_many
 from .backend import Backend
+from .codec import BROKER
 
 STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
           "CompleteAbort", "Dead", "PrepareEpochFence")  # Kafka's transaction states
 
 
 async def list_groups(backend: Backend, req: Any, version: int) -> dict[str, Any]:
+    if BROKER.get() != 0:  # an admin client asks every broker: the groups' is the first
+        return {"throttle_time": 0, "error_code": 0, "groups": []}
     try:
         rows = (await _call(backend, "list_groups", {}))["groups"]
         code = 0
@@ -186,7 +189,8 @@ async def list_transactions(backend: Backend, req: Any, version: int) -> dict[st
     if duration >= 0:
         body["duration_ms"] = duration
     rows, code = [], 0
-    if not given or body["states"]:  # only unknown states asked for: nothing matches
+    # an admin client asks every broker; the transactions' coordinator is the first
+    if BROKER.get() == 0 and (not given or body["states"]):  # unknown states match none
         try:
             rows = (await _call(backend, "list_transactions", body))["transactions"]
         except Exception as exc:

@@ -39,12 +39,25 @@ UNKNOWN_TOPIC_TTL_S = 1.0  # a topic found missing is looked up again after this
 STABLE_MIN_AGE_S = 0.02    # stable snapshot: at most one LIST+GET per 20 ms per gateway
 
 
+# A Kafka client keeps at most 5 requests in flight per broker (an idempotent producer must),
+# and librdkafka sends one partition per Produce request: against one broker a producer over
+# 64 partitions got 5 of them into each flush window. The gateway listens as this many
+# brokers (one port each, ids node_id, node_id + 1000, ...), the partitions' leadership
+# spread over them, so a client opens as many connections and one window takes a batch of
+# 40 partitions. Kafka clients tell brokers apart by connection, so each needs a port of its
+# own: a broker's own lists (ListGroups, ListTransactions) are answered by the first alone.
+DEFAULT_VIRTUAL_BROKERS = 8
+VIRTUAL_BROKER_STRIDE = 1000
+
+
 @dataclass
 class GatewayConfig:
     root: str
     node_id: int = 0
     advertised_host: str = "127.0.0.1"
     advertised_port: int = 9092
+    # the other virtual brokers' advertised ports (the first is ``advertised_port``)
+    more_ports: tuple[int, ...] = ()
     cluster_id: str = "txnlog"
     storage_options: dict[str, Any] | None = None
     coordinator: str | None = None  # endpoint; default: the root's _coordinator.json
@@ -68,6 +81,17 @@ class GatewayConfig:
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
     acl_refresh_s: float = 1.0  # how stale this gateway's copy of the ACLs may be
+
+    def brokers(self) -> list[tuple[int, int]]:
+        """(broker id, advertised port) of each broker this gateway listens as; the first,
+        ``node_id``, is the coordinator and controller clients find."""
+        ports = (self.advertised_port, *self.more_ports)
+        return [(self.node_id + VIRTUAL_BROKER_STRIDE * k, port) for k, port in enumerate(ports)]
+
+    def leader(self, partition: int) -> int:
+        """The broker id Metadata names as ``partition``'s leader (any of them serves any
+        partition; the spread only gives a client more connections)."""
+        return self.node_id + VIRTUAL_BROKER_STRIDE * (partition % (1 + len(self.more_ports)))
 
 
 class Backend:

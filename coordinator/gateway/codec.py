@@ -30,6 +30,8 @@ _FIXED = struct.Struct(">hhi")
 # (client id of the request header, client address) of the request being handled: what
 # Kafka's group coordinator records of a member (DescribeGroups' client_id, client_host)
 CLIENT: ContextVar[tuple[str, str]] = ContextVar("txnlog_gateway_client", default=("", ""))
+# which of the gateway's brokers (0: the first, ``node_id``) the request's connection reached
+BROKER: ContextVar[int] = ContextVar("txnlog_gateway_broker", default=0)
 
 
 class FrameError(Exception):

@@ -64,13 +64,13 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
                            "is_internal": False, "partitions": [],
                            "topic_authorized_operations": NO_OPS})
             continue
-        node, epoch = cfg.node_id, leader_epoch(meta)
+        epoch = leader_epoch(meta)
         topics.append({
             "error_code": 0, "name": name, "topic_id": topic_id(meta),
             "is_internal": name.startswith("__"),
-            "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node,
-                            "leader_epoch": epoch, "replica_nodes": (node,),
-                            "isr_nodes": (node,), "offline_replicas": ()}
+            "partitions": [{"error_code": 0, "partition_index": p, "leader_id": cfg.leader(p),
+                            "leader_epoch": epoch, "replica_nodes": (cfg.leader(p),),
+                            "isr_nodes": (cfg.leader(p),), "offline_replicas": ()}
                            for p in range(meta.partitions)],
             "topic_authorized_operations": NO_OPS})
     topic_ops = E.authorized_operations(
@@ -79,8 +79,8 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
         if t["error_code"] == 0:
             t["topic_authorized_operations"] = topic_ops
     return {"throttle_time": 0, "cluster_id": cfg.cluster_id, "controller_id": cfg.node_id,
-            "brokers": [{"node_id": cfg.node_id, "host": cfg.advertised_host,
-                         "port": cfg.advertised_port, "rack": None}],
+            "brokers": [{"node_id": b, "host": cfg.advertised_host, "port": port,
+                         "rack": None} for b, port in cfg.brokers()],
             "topics": topics, "cluster_authorized_operations": E.authorized_operations(
                 "cluster",
                 bool(getattr(req, "include_cluster_authorized_operations", False)))}

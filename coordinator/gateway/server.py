@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import ssl
@@ -36,7 +37,7 @@ from ..security import Credentials, read_token_file, server_ssl_context
 from . import admin, admin_groups, codec, consume, groups, produce, txn
 from . import errors as E
 from . import versions as V
-from .backend import Backend, GatewayConfig
+from .backend import DEFAULT_VIRTUAL_BROKERS, Backend, GatewayConfig
 from .flush_window import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_FLUSH_MAX_BYTES
 
 log = logging.getLogger("txnlog.gateway")
@@ -98,8 +99,9 @@ class Connection:
     """One client connection: its authentication state and its request loop."""
 
     def __init__(self, gateway: Gateway, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, broker: int = 0) -> None:
         self.gateway = gateway
+        self.broker = broker  # which of the gateway's brokers (ports) the client reached
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
@@ -201,6 +203,7 @@ class Connection:
             return False
         host = self.peer[0] if isinstance(self.peer, tuple) and self.peer else ""
         codec.CLIENT.set((getattr(header, "client_id", None) or "", f"/{host}"))
+        codec.BROKER.set(self.broker)
         resp_cls = codec.response_class(api_key, version)
         try:
             result = await self.dispatch(api_key, version, body)
@@ -299,23 +302,28 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig) -> None:
         self.backend = Backend(config)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None
-                    ) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._accept, host, port, ssl=ssl_context,
-                                                  limit=1 << 16)
-        sock = self._server.sockets[0].getsockname()
-        return sock[0], sock[1]
+    async def start(self, host: str, ports: list[int],
+                    ssl_context: ssl.SSLContext | None = None) -> tuple[str, list[int]]:
+        """Listen as one broker per port (0: any free port); the bound host and ports."""
+        bound = []
+        for k, port in enumerate(ports):
+            server = await asyncio.start_server(functools.partial(self._accept, k), host,
+                                                port, ssl=ssl_context, limit=1 << 16)
+            self._servers.append(server)
+            sock = server.sockets[0].getsockname()
+            bound.append(int(sock[1]))
+        return str(self._servers[0].sockets[0].getsockname()[0]), bound
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                      ) -> None:
+    async def _accept(self, broker: int, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         try:
-            await Connection(self, reader, writer).serve()
+            await Connection(self, reader, writer, broker).serve()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -324,8 +332,8 @@ class Gateway:
             self._connections.discard(task)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         await self.backend.flush_window.stop()
@@ -347,6 +355,13 @@ def _bool(text: str) -> bool:
     return low == "true"
 
 
+def _virtual_brokers(text: str) -> int:
+    n = _positive_int(text)
+    if n > 64:
+        raise argparse.ArgumentTypeError(f"expected 1-64 virtual brokers, got {text!r}")
+    return n
+
+
 def _positive_int(text: str) -> int:
     try:
         n = int(text)
@@ -364,7 +379,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertised", type=_host_port, default=None, metavar="HOST:PORT",
                         help="the address Metadata gives clients (default: --listen)")
     parser.add_argument("--node-id", type=int, default=0,
-                        help="the broker id this gateway answers as")
+                        help="the broker id this gateway answers as (0-999)")
+    parser.add_argument("--virtual-brokers", type=_virtual_brokers,
+                        default=DEFAULT_VIRTUAL_BROKERS, metavar="N",
+                        help="listen as N brokers, one port each (the --listen port and "
+                             "the N-1 after it; with --advertised, its port and the ones "
+                             "after it), partition leadership spread over them: a Kafka "
+                             "client keeps <= 5 requests in flight per broker, so more "
+                             "brokers let one flush window take batches of more partitions "
+                             f"(default {DEFAULT_VIRTUAL_BROKERS}; broker ids node-id, "
+                             "node-id + 1000, ...)")
     parser.add_argument("--coordinator", default=None,
                         help="coordinator endpoint (default: the root's _coordinator.json)")
     parser.add_argument("--storage-option", action="append", default=[], metavar="K=V")
@@ -434,6 +458,9 @@ def run(args: argparse.Namespace) -> int:
         print("--flush-interval-ms must be >= 0 and --flush-max-bytes >= 1", file=sys.stderr)
         return 2
     host, port = args.listen
+    if not 0 <= args.node_id <= 999:
+        print(f"--node-id must be 0-999, got {args.node_id}", file=sys.stderr)
+        return 2
     config = GatewayConfig(root=args.root, node_id=args.node_id,
                            storage_options=options or None, coordinator=args.coordinator,
                            credentials=Credentials.resolve(token, args.coordinator_ca),
@@ -451,12 +478,25 @@ def run(args: argparse.Namespace) -> int:
         # compile the codec's kernels before the first client waits on them
         await asyncio.get_running_loop().run_in_executor(None, warm_up)
         gateway = Gateway(config)
-        bound_host, bound_port = await gateway.start(host, port, ctx)
+        n = args.virtual_brokers
+        try:  # port 0: any free ones; else the given port and the ones after it
+            bound_host, bound = await gateway.start(
+                host, [port + k if port else 0 for k in range(n)], ctx)
+        except OSError as exc:
+            log.error("cannot listen on %s:%d%s: %s", host, port,
+                      f"-{port + n - 1} (--virtual-brokers {n})" if port and n > 1 else "",
+                      exc)
+            raise SystemExit(1) from None
+        bound_port = bound[0]
         adv = args.advertised or (host if host not in ("0.0.0.0", "") else "127.0.0.1",
                                   bound_port)
         config.advertised_host, config.advertised_port = adv[0], adv[1] or bound_port
-        log.info("gateway for %s listening on %s:%d (advertised %s:%d)", args.root,
-                 bound_host, bound_port, config.advertised_host, config.advertised_port)
+        config.more_ports = tuple(
+            config.advertised_port + k if args.advertised and adv[1] else bound[k]
+            for k in range(1, n))
+        log.info("gateway for %s listening on %s:%s (advertised %s:%d%s)", args.root,
+                 bound_host, ",".join(map(str, bound)), config.advertised_host,
+                 config.advertised_port, f" and {len(bound) - 1} more" if n > 1 else "")
         if args.port_file:
             with open(args.port_file + ".tmp", "w") as f:
                 f.write(str(bound_port))

@@ -950,7 +950,10 @@ def test_describe_cluster_and_authorized_operations(root: Root) -> None:
     admin = CKAdmin({"bootstrap.servers": root.on.bootstrap})
     desc = admin.describe_cluster(include_authorized_operations=True).result(30)
     assert desc.cluster_id == "txnlog" and desc.controller.id == 0
-    assert [(n.id, n.port) for n in desc.nodes] == [(0, root.on.port)]
+    # one broker per port (--virtual-brokers, 8 by default), the first the controller
+    nodes = sorted((n.id, n.port) for n in desc.nodes)
+    assert [i for i, _ in nodes] == [1000 * k for k in range(8)]
+    assert nodes[0][1] == root.on.port and len({p for _, p in nodes}) == 8
     assert set(desc.authorized_operations) == {
         AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
         AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
