@@ -17,6 +17,29 @@ from pathlib import Path
 from coordinator_proc import CoordinatorProc, ServerProcess
 
 
+def free_port_block(n: int = 8) -> int:
+    """A port P with P..P+n-1 all free now: a gateway restarted on a fixed ``--listen``
+    port listens as ``--virtual-brokers`` brokers (8 by default), one port each."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randint(20_000, 60_000 - n)
+        socks = []
+        try:
+            for k in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports found")
+
+
 class GatewayProc(ServerProcess):
     tail_lines = 40
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, free_port_block
 
 if TYPE_CHECKING:
     from .run import Scenario
@@ -34,18 +33,12 @@ GATEWAY_FAULTS = ("gateway-kill", "gateway-coordinator-kill", "gateway-kill-mid-
 PUTS_BEFORE_DEATH = (2, 25)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class GatewaySide:
     """One scenario's gateway (restarted on one port) and its Kafka-client processes."""
 
     def __init__(self, scn: Scenario) -> None:
         self.scn = scn
-        self.port = _free_port()
+        self.port = free_port_block()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.gateways: list[GatewayProc] = []
         self.kills = 0

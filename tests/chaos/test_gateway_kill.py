@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, free_port_block
 from txnlog import TransactionalProducer
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.layout import TopicPartition
@@ -35,13 +35,6 @@ pytestmark = pytest.mark.slow
 N_IN = int(os.environ.get("GATEWAY_CHAOS_INPUT", "600"))
 N_IDEM = int(os.environ.get("GATEWAY_CHAOS_IDEMPOTENT", "1500"))
 DURATION_S = float(os.environ.get("GATEWAY_CHAOS_SECONDS", "240"))
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Ctp:
@@ -119,7 +112,7 @@ def test_kafka_clients_survive_gateway_and_coordinator_kills(tmp_path: Path) -> 
     root = f"file://{tmp_path / 'root'}"
     coord = CoordinatorProc(root)
     coord.wait_healthy()
-    port = _free_port()
+    port = free_port_block()
     listen = ["--listen", f"127.0.0.1:{port}"]
     gw = GatewayProc(root, extra=listen)
     gw.wait_listening()

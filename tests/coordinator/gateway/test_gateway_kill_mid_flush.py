@@ -10,22 +10,15 @@ record is then read exactly once, in order, and the dead gateway's object is nev
 
 from __future__ import annotations
 
-import socket
 from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, free_port_block
 from txnlog.log_format.consumer import Consumer
 
 PARTS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_gateway_killed_between_put_and_confirm_loses_and_doubles_nothing(
@@ -33,7 +26,7 @@ def test_a_gateway_killed_between_put_and_confirm_loses_and_doubles_nothing(
     root = (tmp_path / "root").as_uri()
     with CoordinatorProc(root, log_path=tmp_path / "coord.log") as coord:
         coord.client().create_topic("t", PARTS)
-        port = _free_port()
+        port = free_port_block()
         listen = ["--listen", f"127.0.0.1:{port}"]
         first = GatewayProc(root, extra=listen, env={"TXNLOG_FAULTS": "gateway_after_put:2"})
         second = None
