@@ -264,8 +264,9 @@ def _metadata_ops(g: Guard, body: Any, version: int, out: dict[str, Any] | None
     if getattr(body, "include_cluster_authorized_operations", False) and version <= 10:
         out["cluster_authorized_operations"] = g.cluster_ops()
     if getattr(body, "include_topic_authorized_operations", False):
-        for t in out.get("topics") or ():
-            if isinstance(t, dict) and t.get("name") is not None:
+        for t in out.get("topics") or ():  # not the ones refused creation (as Kafka)
+            if isinstance(t, dict) and t.get("name") is not None and \
+                    t.get("error_code") != TOPIC_AUTHORIZATION_FAILED:
                 t["topic_authorized_operations"] = g.authorized_ops(RT.TOPIC, t["name"])
     return out
 

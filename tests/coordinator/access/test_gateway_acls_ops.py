@@ -374,6 +374,8 @@ def test_auto_creation_needs_create(env: Env) -> None:
     for version in (1, 4, 12):
         md = _metadata_raw(env, "ac-nocreate", name, version)
         assert [int(t.error_code) for t in md.topics] == [T29], version
+        if version >= 8:  # refused: no authorized operations, as Kafka
+            assert int(md.topics[0].topic_authorized_operations) == -2147483648
     assert _produce_raw(env, "ac-nocreate", name) == T29
     p = CKProducer({**env.conf("ac-nocreate"), "message.timeout.ms": 8000})
     errs: list[Any] = []
