@@ -7,6 +7,10 @@ the gateway's handler, the others are answered with the resource's code
 the handler, so a refused item changes nothing. A check on the request's one group or
 transactional id refuses the whole request. Metadata for all topics omits the topics the
 principal may not describe; ListGroups and ListTransactions are filtered the same way.
+Auto-creation (Metadata, and the gateway's Produce) needs CREATE on the cluster or the topic:
+the check reaches the gateway's auto-creation through ``MAY_CREATE``, so only a topic that
+does not exist is checked, as Kafka checks it. The "authorized operations" bit fields
+(Metadata, DescribeGroups, DescribeCluster) report what the principal may do.
 
 This module knows requests by their kio field names only; the gateway passes in ``call``
 (its handler) and ``blank`` (a response, or a nested item of one, with every error code
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +40,37 @@ CODE_OF = {RT.TOPIC: TOPIC_AUTHORIZATION_FAILED, RT.GROUP: GROUP_AUTHORIZATION_F
            RT.TRANSACTIONAL_ID: TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 # DescribeConfigs/AlterConfigs resource types: 2 topic, 4 broker, 8 broker logger, 32 group
 CONFIG_TYPES = {2: RT.TOPIC, 4: RT.CLUSTER, 8: RT.CLUSTER, 32: RT.GROUP}
+NOT_REQUESTED = -2147483648  # Kafka's "authorized operations not requested"
+# Kafka's AclEntry.supportedOperations: the bits an "authorized operations" field may hold
+SUPPORTED_OPERATIONS: dict[RT, tuple[Operation, ...]] = {
+    RT.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+                 Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER,
+                 Operation.DESCRIBE),
+    RT.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE,
+               Operation.DELETE, Operation.ALTER, Operation.DESCRIBE_CONFIGS,
+               Operation.ALTER_CONFIGS),
+    RT.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+    RT.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
+}
+
+
+class CreateRefused(Exception):
+    """An unknown topic the principal may not create (no CREATE on the cluster nor on the
+    topic): answered TOPIC_AUTHORIZATION_FAILED, and nothing is created."""
+
+
+# Set while an authorized request runs: may this request auto-create the topic it names?
+# (None: no authorizer, or a super user.) The gateway asks it only for a topic that does
+# not exist, just before creating it, so an existing topic needs no CREATE.
+MAY_CREATE: ContextVar[Callable[[str], bool] | None] = ContextVar("txnlog_may_create",
+                                                                   default=None)
+
+
+def check_auto_create(topic: str) -> None:
+    """Raise ``CreateRefused`` if the running request may not auto-create ``topic``."""
+    may = MAY_CREATE.get()
+    if may is not None and not may(topic):
+        raise CreateRefused(f"not authorized to create topic {topic!r}")
 
 Call = Callable[[Any], Awaitable[dict[str, Any] | None]]
 Blank = Callable[[tuple[str, ...], int], dict[str, Any]]
@@ -74,6 +110,25 @@ class Guard:
         """For filtering listings: an omitted item is not a refusal worth logging."""
         return self.subject.super_user or self.az.allowed(
             self.subject.principal, self.subject.host, op, rtype, name)
+
+    def may_create(self, topic: str) -> bool:
+        """Kafka's auto-creation check: CREATE on the cluster (not logged), else CREATE
+        on the topic (a refusal logged)."""
+        return self.quiet_ok(Operation.CREATE, RT.CLUSTER, CLUSTER_NAME) or self.ok(
+            Operation.CREATE, RT.TOPIC, topic)
+
+    def authorized_ops(self, rtype: RT, name: str) -> int:
+        """Kafka's AuthHelper.authorizedOperations: a bit per operation the resource type
+        supports that the principal may do on this resource (implied ones included)."""
+        return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[rtype]
+                   if self.quiet_ok(op, rtype, name))
+
+    def cluster_ops(self) -> int:
+        """The cluster's bit field as Metadata v8-v10 and DescribeCluster answer it: 0
+        without DESCRIBE on the cluster."""
+        if not self.quiet_ok(Operation.DESCRIBE, RT.CLUSTER, CLUSTER_NAME):
+            return 0
+        return self.authorized_ops(RT.CLUSTER, CLUSTER_NAME)
 
     # ---- the engine -------------------------------------------------------------------
     def _answer(self, it: Items, item: Any, code: int) -> dict[str, Any]:
@@ -181,25 +236,38 @@ async def _metadata(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
         if out is not None:
             out["topics"] = [t for t in out.get("topics") or ()
                              if g.quiet_ok(Operation.DESCRIBE, RT.TOPIC, _get(t, "name"))]
-        return out
-    if getattr(body, "allow_auto_topic_creation", False) and not g.quiet_ok(
-            Operation.CREATE, RT.CLUSTER, CLUSTER_NAME) and not all(
-            g.quiet_ok(Operation.CREATE, RT.TOPIC, t.name or "") for t in topics):
-        body = dataclasses.replace(body, allow_auto_topic_creation=False)
+        return _metadata_ops(g, body, version, out)
+    # auto-creation of a named, unknown topic: CREATE checked by the gateway (MAY_CREATE)
     decide = g.topic(Operation.DESCRIBE)
     codes = [decide(t) for t in topics]
     if not any(codes):
-        return await g.call(body)
+        return _metadata_ops(g, body, version, await g.call(body))
     allowed = tuple(t for t, c in zip(topics, codes, strict=True) if not c)
     # always the handler: the answer carries the brokers (v0 reads no topics as all)
-    out = await g.call(dataclasses.replace(body, topics=allowed))
+    out = _metadata_ops(g, body, version, await g.call(dataclasses.replace(body, topics=allowed)))
     if out is None:
         return None
     if not allowed:
         out["topics"] = []
     out["topics"] = [*list(out.get("topics") or ()),
-                     *(g._answer(METADATA, t, c)
+                     *({**g._answer(METADATA, t, c), "topic_authorized_operations": NOT_REQUESTED}
                        for t, c in zip(topics, codes, strict=True) if c)]
+    return out
+
+
+def _metadata_ops(g: Guard, body: Any, version: int, out: dict[str, Any] | None
+                  ) -> dict[str, Any] | None:
+    """The principal's authorized operations where Metadata asks for them (KafkaApis: the
+    cluster's from v8 to v10, the described topics' from v8)."""
+    if out is None or version < 8:
+        return out
+    if getattr(body, "include_cluster_authorized_operations", False) and version <= 10:
+        out["cluster_authorized_operations"] = g.cluster_ops()
+    if getattr(body, "include_topic_authorized_operations", False):
+        for t in out.get("topics") or ():  # not the ones refused creation (as Kafka)
+            if isinstance(t, dict) and t.get("name") is not None and \
+                    t.get("error_code") != TOPIC_AUTHORIZATION_FAILED:
+                t["topic_authorized_operations"] = g.authorized_ops(RT.TOPIC, t["name"])
     return out
 
 
@@ -298,6 +366,26 @@ async def _list_groups(g: Guard, body: Any, version: int) -> dict[str, Any] | No
     return out
 
 
+async def _describe_groups(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
+    out = await g.split(body, DESCRIBE_GROUPS, lambda x: None if _group(
+        g, Operation.DESCRIBE, x) else GROUP_AUTHORIZATION_FAILED)
+    if out is not None:
+        for grp in out.get("groups") or ():
+            asked = getattr(body, "include_authorized_operations", False)
+            grp["authorized_operations"] = g.authorized_ops(RT.GROUP, grp["group_id"]) \
+                if asked and grp.get("error_code") == 0 else NOT_REQUESTED
+    return out
+
+
+async def _describe_cluster(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
+    """Answered to anyone (a broker's DescribeCluster); the authorized operations are the
+    principal's (0 without DESCRIBE on the cluster)."""
+    out = await g.call(body)
+    if out is not None and getattr(body, "include_cluster_authorized_operations", False):
+        out["cluster_authorized_operations"] = g.cluster_ops()
+    return out
+
+
 def _groups(op: Operation, it: Items) -> Callable[[Guard, Any, int], Awaitable[Any]]:
     async def check(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
         return await g.split(body, it, lambda x: None if _group(g, op, x)
@@ -385,16 +473,12 @@ async def _list_txns(g: Guard, body: Any, version: int) -> dict[str, Any] | None
     return out
 
 
-async def _open(g: Guard, body: Any, version: int) -> dict[str, Any] | None:
-    return await g.call(body)
-
-
 CHECKS: dict[int, Callable[[Guard, Any, int], Awaitable[dict[str, Any] | None]]] = {
     0: _produce, 1: _fetch, 2: _topics(Operation.DESCRIBE, LIST_OFFSETS), 3: _metadata,
     8: _offset_commit, 9: _offset_fetch, 10: _find_coordinator,
     11: _whole_group(Operation.READ), 12: _whole_group(Operation.READ),
     13: _whole_group(Operation.READ), 14: _whole_group(Operation.READ),
-    15: _groups(Operation.DESCRIBE, DESCRIBE_GROUPS), 16: _list_groups,
+    15: _describe_groups, 16: _list_groups,
     19: _create_topics, 20: _delete_topics, 21: _topics(Operation.DELETE, DELETE_RECORDS),
     22: _init_producer_id, 24: _add_partitions, 25: _add_offsets, 26: _end_txn,
     28: _txn_offset_commit, 32: _configs(Operation.DESCRIBE_CONFIGS, CONFIGS),
@@ -403,7 +487,7 @@ CHECKS: dict[int, Callable[[Guard, Any, int], Awaitable[dict[str, Any] | None]]]
     42: _groups(Operation.DELETE, DELETE_GROUPS),
     44: _configs(Operation.ALTER_CONFIGS, ALTER_CONFIGS), 47: _offset_delete,
     61: _topics(Operation.READ, DESCRIBE_PRODUCERS), 65: _describe_txns, 66: _list_txns,
-    60: _open,  # DescribeCluster: a broker answers it for anyone (authorized ops aside)
+    60: _describe_cluster,
 }
 
 
@@ -415,4 +499,8 @@ async def guard(api_key: int, version: int, body: Any, g: Guard) -> dict[str, An
         if g.subject.super_user:
             return await g.call(body)
         return g.refuse_all(body, None, CLUSTER_AUTHORIZATION_FAILED)
-    return await check(g, body, version)
+    token = MAY_CREATE.set(None if g.subject.super_user else g.may_create)
+    try:
+        return await check(g, body, version)
+    finally:
+        MAY_CREATE.reset(token)

@@ -27,6 +27,7 @@ from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import StableSnapshot, read_latest_stable
 from txnlog.log_format.storage import Storage
 
+from ..access.kafka_authz import check_auto_create
 from ..access.store import AccessStore
 from ..client.coordinator_client import CoordinatorClient
 from ..errors import NotCoordinatorError, UnknownTopicOrPartitionError
@@ -209,9 +210,11 @@ class Backend:
 
     async def topic_partitions(self, topic: str, create: bool = False) -> int | None:
         """The topic's partition count; with ``create``, an unknown topic is auto-created
-        where ``may_auto_create`` allows (a failure to create raises)."""
+        where ``may_auto_create`` allows (a failure to create raises), if the request's
+        principal may create it (else ``CreateRefused``)."""
         n = await self.run(self.partitions, topic)
         if n is None and create and self.may_auto_create(topic):
+            check_auto_create(topic)
             n = await self.wait(self.auto_create, topic)
         return n
 

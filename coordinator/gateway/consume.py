@@ -25,6 +25,7 @@ from txnlog.log_format.planted_bugs import enabled as planted_bug_enabled
 from txnlog.log_format.reader import RawRead
 from txnlog.log_format.topics import TopicMeta
 
+from ..access.kafka_authz import CreateRefused
 from ..client.admin_client import _max_timestamp
 from . import errors as E
 from .backend import Backend
@@ -57,7 +58,9 @@ async def metadata(backend: Backend, req: Any, version: int) -> dict[str, Any]:
         if not isinstance(meta, TopicMeta):
             try:
                 layout.validate_topic(name)
-                code = E.UNKNOWN_TOPIC_OR_PARTITION if meta is None else _not_created(meta)
+                code = E.UNKNOWN_TOPIC_OR_PARTITION if meta is None else \
+                    E.TOPIC_AUTHORIZATION_FAILED if isinstance(meta, CreateRefused) else \
+                    _not_created(meta)
             except ValueError:
                 code = E.INVALID_TOPIC_EXCEPTION
             topics.append({"error_code": code, "name": name, "topic_id": ZERO_UUID,

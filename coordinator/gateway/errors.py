@@ -5,6 +5,8 @@ from __future__ import annotations
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.storage import StorageError
 
+from ..access import kafka_authz
+from ..access.model import ResourceType as RT
 from ..errors import CoordinatorError
 
 NONE = 0
@@ -26,6 +28,7 @@ INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+TOPIC_AUTHORIZATION_FAILED = 29
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 UNSUPPORTED_VERSION = 35
@@ -55,27 +58,18 @@ TRANSACTIONAL_ID_NOT_FOUND = 105
 MISMATCHED_ENDPOINT_TYPE = 114
 UNKNOWN_SERVER_ERROR = -1
 
-NOT_REQUESTED = -2147483648  # Kafka's "authorized operations not requested"
-# Kafka's AclOperation codes a resource type supports (AclEntry.supportedOperations): with
-# no authorizer (this gateway has one token for all), every one is authorized
-_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
-_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
-SUPPORTED_OPERATIONS = {
-    "cluster": (_CREATE, _CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS,
-                _IDEMPOTENT_WRITE, _ALTER, _DESCRIBE),
-    "topic": (_READ, _WRITE, _CREATE, _DESCRIBE, _DELETE, _ALTER, _DESCRIBE_CONFIGS,
-              _ALTER_CONFIGS),
-    "group": (_READ, _DESCRIBE, _DELETE),
-}
+NOT_REQUESTED = kafka_authz.NOT_REQUESTED
+_TYPES = {"cluster": RT.CLUSTER, "topic": RT.TOPIC, "group": RT.GROUP}
 
 
 def authorized_operations(resource: str, requested: bool) -> int:
-    """Kafka's authorized-operations bit field of a resource, as a broker without an
-    authorizer answers it (every operation the resource type supports), or
-    NOT_REQUESTED when the request did not ask."""
+    """Kafka's authorized-operations bit field of a resource as a broker without an
+    authorizer answers it (every operation the resource type supports; also a super
+    user's answer), or NOT_REQUESTED when the request did not ask. With ACLs on, the
+    access package's guard replaces it with the principal's own operations."""
     if not requested:
         return NOT_REQUESTED
-    return sum(1 << op for op in SUPPORTED_OPERATIONS[resource])
+    return sum(1 << int(op) for op in kafka_authz.SUPPORTED_OPERATIONS[_TYPES[resource]])
 
 
 def fenced_as(code: int, version: int, first: int | None) -> int:

@@ -35,6 +35,7 @@ from txnlog.log_format.codec.batch_header import (
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.layout import TopicPartition
 
+from ..access.kafka_authz import CreateRefused
 from ..errors import CoordinatorError
 from . import errors as E
 from . import validate
@@ -242,6 +243,8 @@ async def _known(backend: Backend, topic: str, partition: int) -> tuple[int, str
     allows it; else the code a broker answers (retriable if creating it failed)."""
     try:
         n = await backend.topic_partitions(topic, create=True)
+    except CreateRefused as exc:
+        return E.TOPIC_AUTHORIZATION_FAILED, str(exc)
     except Exception as exc:
         return E.LEADER_NOT_AVAILABLE, f"topic {topic!r} could not be created: {exc}"[:500]
     if n is None or not 0 <= partition < n:

@@ -17,6 +17,12 @@ Why tokens through the store and not the CLI: ``AccessStore`` is what ``txnlog
 principal-tokens`` and ``txnlog acls`` write; calling it spares a process start per worker
 inside the fault clock (workers are restarted mid-run by client-kill).
 
+In the gateway classes the gateway runs with ``--sasl`` and every Kafka client is a SCRAM
+user of its own (``kafka_env``): a producer ``kw<N>`` allowed WRITE on its transactional
+id ``chaos-<run>-w<N>`` and on the chaos topics, a consumer ``kc<N>`` READ on the topics
+(and on the librdkafka consumers' group); the user name and password reach the process
+in its environment (``TXNLOG_CHAOS_SASL_USER`` / ``_PASSWORD``), never a flag.
+
 ``TXNLOG_CHAOS_INTRUDER_SUPER=1`` is the harness's planted bug: the intruder is given the
 shared token, so its writes commit, which the checker must report.
 """
@@ -29,6 +35,7 @@ import time
 from pathlib import Path
 
 from txnlog.coordinator.access.model import AclBinding
+from txnlog.coordinator.access.scram import ScramCredential
 from txnlog.coordinator.access.store import AccessStore
 from txnlog.coordinator.security import TOKEN_ENV
 from txnlog.log_format.storage import Storage
@@ -37,6 +44,9 @@ from . import workload
 
 INTRUDER = "User:intruder"
 INTRUDER_SUPER_ENV = "TXNLOG_CHAOS_INTRUDER_SUPER"
+SASL_USER_ENV = "TXNLOG_CHAOS_SASL_USER"
+SASL_PASSWORD_ENV = "TXNLOG_CHAOS_SASL_PASSWORD"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def intruder_is_super() -> bool:
@@ -62,16 +72,23 @@ class ChaosAccess:
     def coordinator_args(self) -> list[str]:
         return ["--token-file", str(self.token_file), "--principals"]
 
-    def _grant(self, principal: str, token: str, acls: list[AclBinding],
-               timeout: float = 60.0) -> None:
-        """Bind ``token`` to ``principal`` and add its ACLs (retried: the store is the root,
-        which the faults hit too — a full disk, a paused S3)."""
+    def _grant(self, principal: str, token: str | None, acls: list[AclBinding],
+               password: str | None = None, timeout: float = 60.0) -> None:
+        """Bind ``token`` to ``principal`` (or give the user a SCRAM ``password``) and add
+        its ACLs (retried: the store is the root, which the faults hit too — a full disk,
+        a paused S3)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 store = AccessStore(Storage.for_url(self.root))
                 store.add_acls(acls)
-                store.add_token(principal, token.encode())
+                if token is not None:
+                    store.add_token(principal, token.encode())
+                if password is not None:
+                    user = principal.removeprefix("User:")
+                    store.alter_credentials(
+                        {(user, m): ScramCredential.from_password(m, password, 4096)
+                         for m in SCRAM_MECHANISMS}, set())
                 self.principals.append(principal)
                 return
             except Exception:
@@ -108,3 +125,26 @@ class ChaosAccess:
 
     def intruder_tid(self, worker: int) -> str:
         return f"chaos-{self.run}-x{worker}"
+
+    # ---- the gateway classes: Kafka clients as SCRAM users -----------------------------
+    def gateway_args(self) -> list[str]:
+        return ["--sasl"]
+
+    def kafka_env(self, role: str, worker: int) -> dict[str, str]:
+        """A SCRAM user for one Kafka-client process (``role`` as kafka_workload's): a
+        producer may write its transactional id and the chaos topics, a consumer read the
+        topics (and its group); the environment that process gets."""
+        if role == "producer":
+            principal = f"User:kw{worker}"
+            acls = [_acl("TRANSACTIONAL_ID", f"chaos-{self.run}-w{worker}", "LITERAL",
+                         principal, "WRITE"),
+                    *(_acl("TOPIC", topic, "LITERAL", principal, "WRITE")
+                      for topic in workload.TOPICS)]
+        else:
+            principal = f"User:kc{worker}"
+            acls = [*(_acl("TOPIC", topic, "LITERAL", principal, "READ")
+                      for topic in workload.TOPICS),
+                    _acl("GROUP", f"chaos-{self.run}-kc", "LITERAL", principal, "READ")]
+        password = secrets.token_urlsafe(24)
+        self._grant(principal, None, acls, password=password)
+        return {SASL_USER_ENV: principal.removeprefix("User:"), SASL_PASSWORD_ENV: password}

@@ -53,7 +53,9 @@ class GatewaySide:
         extra.pop("TXNLOG_FAULTS", None)
         if die_at_put is not None:
             extra["TXNLOG_FAULTS"] = f"gateway_after_put:{die_at_put}"
-        gw = GatewayProc(self.scn.root, extra=["--listen", self.bootstrap], env=extra)
+        access = self.scn.access  # --acls: clients authenticate as SCRAM users (acls.py)
+        sasl = access.gateway_args() if access is not None else []
+        gw = GatewayProc(self.scn.root, extra=["--listen", self.bootstrap, *sasl], env=extra)
         self.gateways.append(gw)
         try:
             gw.wait_listening(60)
@@ -147,7 +149,10 @@ class GatewaySide:
                 self.bootstrap, "--history", str(self.scn.hist_dir), "--worker", str(w),
                 "--run", f"{self.scn.fault}{self.scn.seed}", "--seed", str(self.scn.seed),
                 *extra]
-        return subprocess.Popen(args, env=_env(self.scn.env_extra), stdin=subprocess.DEVNULL,
+        env = _env(self.scn.env_extra)
+        if self.scn.access is not None:  # --acls: this process's own SCRAM user
+            env.update(self.scn.access.kafka_env(role, w))
+        return subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(self.scn.dir / log, "wb"),
                                 start_new_session=True)

@@ -35,14 +35,36 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from .acls import SASL_PASSWORD_ENV, SASL_USER_ENV
 from .history import HistoryWriter, tp_key
 from .workload import TOPICS, err, key_space, partitions
+
+
+def sasl_conf() -> dict[str, str]:
+    """librdkafka's SASL settings where the harness gave this process a SCRAM user
+    (``--acls``, chaos/acls.py), from the environment; empty otherwise."""
+    user = os.environ.get(SASL_USER_ENV)
+    if not user:
+        return {}
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": user, "sasl.password": os.environ.get(SASL_PASSWORD_ENV, "")}
+
+
+def kp_sasl() -> dict[str, str]:
+    """The same for kafka-python."""
+    user = os.environ.get(SASL_USER_ENV)
+    if not user:
+        return {}
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": user,
+            "sasl_plain_password": os.environ.get(SASL_PASSWORD_ENV, "")}
 
 
 def kafka_error(exc: BaseException) -> Any:
@@ -99,7 +121,7 @@ class KafkaProducerWorker:
                           "transactional.id": self.tid, "linger.ms": 5,
                           "transaction.timeout.ms": self.args.txn_timeout_ms,
                           "reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,
-                          "retry.backoff.ms": 100})
+                          "retry.backoff.ms": 100, **sasl_conf()})
             t0 = time.time()
             try:
                 p.init_transactions(self.args.api_timeout)
@@ -243,7 +265,8 @@ def run_ck_consumer(args: argparse.Namespace) -> None:
                   "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                   "enable.auto.commit": True, "auto.commit.interval.ms": 500,
                   "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
-                  "reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1000})
+                  "reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1000,
+                  **sasl_conf()})
     c.subscribe(list(TOPICS), on_assign=rebalanced, on_revoke=rebalanced,
                 on_lost=rebalanced)
     deadline = time.monotonic() + args.duration
@@ -295,7 +318,7 @@ def run_kp_consumer(args: argparse.Namespace) -> None:
                                          isolation_level="read_committed",
                                          enable_auto_commit=False, group_id=None,
                                          request_timeout_ms=15000,
-                                         reconnect_backoff_max_ms=1000)
+                                         reconnect_backoff_max_ms=1000, **kp_sasl())
                 tps = [TopicPartition(t, p) for t, p in partitions()]
                 consumer.assign(tps)
                 for tp in tps:

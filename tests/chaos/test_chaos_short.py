@@ -69,7 +69,7 @@ def test_chaos_file_acls(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["coordinator-kill", "client-kill"])
+@pytest.mark.parametrize("fault", ["coordinator-kill", "client-kill", "gateway-kill"])
 def test_chaos_file_acls_faults(fault: str, tmp_path: Path) -> None:
     _check(fault, "file", tmp_path, acls=True)
 
