@@ -77,6 +77,13 @@ class Txn:
         """Prepared, or its commit waits to be prepared: nothing may join or change it."""
         return self.state.is_prepare or self.ending is not None
 
+    @property
+    def spark_write(self) -> bool:
+        """A Spark write's transaction (a batch write's one-shot id, a stream's micro-batch):
+        its tasks' memberships and reservations are lazy log records, made durable by the
+        driver's EndTxn, which refuses what a lost coordinator never made durable."""
+        return self.one_shot or self.batch_id is not None
+
     def one_shot_done_ms(self) -> int | None:
         """When a one-shot id's transaction was decided (its Complete*, or the release of an
         id that never opened one): the wall-clock ms its retention period runs from. None

@@ -338,8 +338,9 @@ class TransactionCoordinator:
         records += blocks
         records.append(LogRecord("member", {"id": tid, "tid": tid, "key": member_key,
                                             "pid": mpid}))
-        # a batch write's (one-shot) member is lazy unless it needs a pid block (TxnLog doc)
-        await self.commits.commit_or_queue(records, lazy=txn.one_shot and not blocks)
+        # a Spark write's member (a one-shot id's, a micro-batch's) is lazy unless it needs a
+        # pid block (TxnLog doc)
+        await self.commits.commit_or_queue(records, lazy=txn.spark_write and not blocks)
         log.debug("add_member %r key %s -> pid %d", tid, member_key, mpid)
         return {"producer_id": mpid, "epoch": 0}
 
@@ -445,9 +446,9 @@ class TransactionCoordinator:
             if item["base_offset"] is None:
                 item["base_offset"] = next(it).base_offset
         self.observer.reserved()
-        # a batch write's task's reservation is lazy: the driver's EndTxn confirms it
+        # a Spark write task's reservation is lazy: the driver's EndTxn confirms it
         await self.commits.commit_or_queue(
-            records, lazy=ps.member and txn is not None and txn.one_shot)
+            records, lazy=ps.member and txn is not None and txn.spark_write)
         faults.point("after_reserve")
         log.debug("reserve pid %d epoch %d -> %s", pid, epoch, assigned)
         return out
@@ -618,17 +619,17 @@ class TransactionCoordinator:
                     f"{tid!r} already runs batch {txn.batch_id}; batch {batch_id} is older "
                     "(another copy of the query?)")
             if txn.batch_id == batch_id:
-                await self.commits.sync()
-                if txn.batch_id == batch_id and not txn.state.is_prepare:
+                if not txn.state.is_prepare:  # lazy: a lost record fails the EndTxn
                     return {"producer_id": txn.pid, "epoch": txn.epoch}
+                await self.commits.sync()
                 continue
             if txn.state is TxnState.ONGOING:
                 log.info("%r: batch %d begins while batch %s is open: aborting it", tid,
                          batch_id, txn.batch_id)
                 await self.completer.end(txn, commit=False, committed=set(), reason="fenced")
                 continue
-            await self.commits.commit([LogRecord("batch", {"id": tid, "tid": tid,
-                                                           "batch_id": batch_id})])
+            await self.commits.commit_or_queue([LogRecord("batch", {
+                "id": tid, "tid": tid, "batch_id": batch_id})], lazy=True)
             return {"producer_id": txn.pid, "epoch": txn.epoch}
 
     # ==================================================================== topics

@@ -7,4 +7,6 @@
 - ``framing``: ``value.format``/``key.format``: struct columns encoded with a registered
   schema and framed in Confluent's wire format
 - ``commit_messages``: what a task hands the driver, cheap to unpickle
+- ``stream_redo``: a micro-batch redone by the driver from its tasks' objects when the
+  coordinator lost their (lazy) records
 """

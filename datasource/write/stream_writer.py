@@ -206,12 +206,25 @@ class TxnlogStreamWriter(DataSourceStreamArrowWriter):
         for g in groups:
             client.add_offsets(tid, pid, epoch, g.group_id, g.offsets)
         _test_point("after_offsets", batchId)
+        from txnlog.coordinator.errors import InvalidTxnStateError
+
         from .commit_messages import runs_to_confirm
 
         tasks = [m.task for m in writers if m.task is not None]
-        result = client.end_txn(tid, pid, epoch, commit=True,
-                                members=[t.member_id for t in tasks], batch_id=batchId,
-                                written=runs_to_confirm(client, tasks))
+        try:
+            result = client.end_txn(tid, pid, epoch, commit=True,
+                                    members=[t.member_id for t in tasks], batch_id=batchId,
+                                    written=runs_to_confirm(client, tasks))
+        except InvalidTxnStateError as exc:
+            # the tasks' lazy records were lost with a coordinator: redo from their objects
+            from txnlog.log_format.storage import Storage
+
+            from .stream_redo import redo_batch
+
+            log.warning("txnlog sink %s: batch %d refused (%s); redoing it", tid, batchId, exc)
+            result = redo_batch(client, Storage.for_url(self.opts.root,
+                                                        self.opts.storage_options),
+                                tid, batchId, self.opts.transaction_timeout_ms, tasks, groups)
         _test_point("after_commit", batchId)
         if result.get("outcome") != "commit":
             raise RuntimeError(f"txnlog sink {tid}: batch {batchId} ended as "

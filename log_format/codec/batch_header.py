@@ -198,6 +198,18 @@ def finish_batch(buf: bytearray, position: int = 0) -> None:
     struct.pack_into(">I", buf, position + CRC_OFFSET, crc)
 
 
+def restamp_producer(buf: bytearray, position: int, producer_id: int, producer_epoch: int,
+                     base_sequence: int) -> int:
+    """Give the batch at ``position`` another producer id, epoch and base sequence (inside
+    the CRC, so the CRC is computed again); returns the batch's size. The records are
+    untouched (their sequences are deltas from the base)."""
+    size = LOG_OVERHEAD + struct.unpack_from(">i", buf, position + 8)[0]
+    struct.pack_into(">qhi", buf, position + 43, producer_id, producer_epoch, base_sequence)
+    crc = crc32c(memoryview(buf)[position + ATTRIBUTES_OFFSET:position + size])
+    struct.pack_into(">I", buf, position + CRC_OFFSET, crc)
+    return size
+
+
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
     """Stamp the offset the coordinator assigned; the CRC stays valid (offset is outside it)."""
     struct.pack_into(">q", buf, position, base_offset)

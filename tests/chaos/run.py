@@ -51,7 +51,10 @@ from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
 BUCKET = "txnlog-chaos"
 # Spark classes: a Spark driver (batch writes, batch reads, a stream) beside the producers.
-SPARK_FAULTS = ("spark-driver-kill", "spark-driver-pause", "spark-worker-kill")
+# spark-coordinator-kill: the coordinator killed while Spark writes (a stream's micro-batch
+# whose lazy records die with it is redone by its driver from the tasks' objects)
+SPARK_FAULTS = ("spark-driver-kill", "spark-driver-pause", "spark-worker-kill",
+                "spark-coordinator-kill")
 FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
                "zombie", "two-coordinators", "client-kill", "writer-kill-mid-flush",
                "disk-full", "mixed",
@@ -482,6 +485,7 @@ class Scenario:
             "s3-restart": self.f_s3_restart,
             "s3-proxy": self.f_s3_proxy,
             "spark-driver-kill": self.f_spark_driver_kill,
+            "spark-coordinator-kill": self.f_coordinator_kill,
             "spark-driver-pause": self.f_spark_driver_pause,
             "spark-worker-kill": self.f_spark_worker_kill,
             "merge-worker": self.f_merge_worker,

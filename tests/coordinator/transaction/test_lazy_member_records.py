@@ -73,7 +73,8 @@ def test_a_writes_members_and_reservations_ride_in_its_end_txn(tmp_path: Path) -
         # one append for the id, members, reservations, confirms and Prepare; one Complete
         assert _log_objects(st) - before <= 2
         assert [_values(st, "t", p) for p in range(2)] == [[b"v0"], [b"v1"]]
-        # a reusable id's members (a stream's micro-batch) still wait for their records
+        # a reusable id's members outside a Spark write (no one-shot id, no micro-batch)
+        # still wait for their records
         before = _log_objects(st)
         stream = f"stream-{uuid.uuid4().hex[:8]}"
         spid, sep = c.init_producer_id(stream)

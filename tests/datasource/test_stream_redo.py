@@ -1,0 +1,123 @@
+"""A stream's micro-batch with lazy task records, driven through the sink's own code (tasks'
+``run_task``, the driver's ``commit``) against real coordinator processes, without a JVM.
+
+Its tasks' memberships and reservations ride in the driver's append, so a micro-batch adds
+no log object per task. A coordinator SIGKILLed before that append loses them: the driver's
+EndTxn is refused, and the driver redoes the batch from the tasks' objects (their batches
+copied under a member of its own) instead of failing the query. Every record is then read
+exactly once, and a retried commit changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from coordinator_proc import CoordinatorProc
+from txnlog.log_format.layout import TRANSACTION_STATE_DIR
+from txnlog.log_format.reader import PartitionReader
+from txnlog.log_format.stable import read_latest_stable
+from txnlog.log_format.storage import Storage
+
+LINGER = ["--log-linger-ms", "600000"]  # lazy records wait for an eager append
+PARTS = 2
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _writer(root: str, endpoint: str) -> Any:
+    from pyspark.sql.datasource import CaseInsensitiveDict
+    from pyspark.sql.types import BinaryType, StructField, StructType
+    from txnlog.datasource.source import TxnlogDataSource
+
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    ds = TxnlogDataSource(CaseInsensitiveDict({"path": root, "topic": "s",
+                                               "coordinator": endpoint}))
+    return ds.streamWriter(schema, False)
+
+
+def _tasks(writer: Any, client: Any, tid: str, batch_id: int) -> list[Any]:
+    """Two tasks of micro-batch ``batch_id``, each writing 20 keyed rows (both partitions)."""
+    from txnlog.datasource.write.stream_writer import TxnlogStreamCommitMessage
+    from txnlog.datasource.write.task_writer import Membership, run_task
+
+    began = client.begin_batch(tid, batch_id)
+    pid, epoch = int(began["producer_id"]), int(began["epoch"])
+    out = []
+    for t in range(2):
+        rows = pa.record_batch({
+            "key": pa.array([f"k{i}".encode() for i in range(20)], pa.binary()),
+            "value": pa.array([f"b{batch_id}-t{t}-{i}".encode() for i in range(20)],
+                              pa.binary())})
+        task = run_task(iter([rows]), writer.opts, client, Membership(tid, pid, epoch),
+                        member_key=f"b{batch_id}-t{t}")
+        out.append(TxnlogStreamCommitMessage(tid, batch_id, pid, epoch, False, task))
+    return out
+
+
+def _committed(st: Storage) -> list[bytes]:
+    snap = read_latest_stable(st)
+    return sorted(v for p in range(PARTS) for v in PartitionReader(
+        st, "s", p, snapshot=snap, isolation_level="read_committed").read_table()
+        .column("value").to_pylist())
+
+
+def _log_objects(st: Storage) -> int:
+    return sum(o.name.endswith(".log") for o in st.list(TRANSACTION_STATE_DIR))
+
+
+def _expected(batch_id: int) -> list[bytes]:
+    return sorted(f"b{batch_id}-t{t}-{i}".encode() for t in range(2) for i in range(20))
+
+
+def test_a_micro_batchs_tasks_add_no_log_objects(tmp_path: Path) -> None:
+    root = (tmp_path / "root").as_uri()
+    st = Storage.for_url(root)
+    with CoordinatorProc(root, extra=LINGER, log_path=tmp_path / "c.log") as coord:
+        coord.client().create_topic("s", PARTS)
+        writer = _writer(root, coord.endpoint)
+        client = writer._client()
+        client.begin_batch("q", 0)  # the stream's id: its first InitProducerId is durable
+        before = _log_objects(st)
+        msgs = _tasks(writer, client, "q", 1)
+        assert _log_objects(st) == before, "a task's calls wrote log objects of their own"
+        writer.commit(msgs, 1)
+        # the tasks' records, the confirms and the Prepare in one append; the Complete
+        assert _log_objects(st) - before <= 2
+        assert _committed(st) == _expected(1)
+
+
+def test_a_coordinator_lost_mid_batch_the_driver_redoes_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = (tmp_path / "root").as_uri()
+    st = Storage.for_url(root)
+    port = ["--port", str(_port())]
+    first = CoordinatorProc(root, extra=LINGER + port, log_path=tmp_path / "c1.log")
+    first.wait_healthy()
+    endpoint = first.endpoint
+    first.client().create_topic("s", PARTS)
+    writer = _writer(root, endpoint)
+    client = writer._client()
+    client.begin_batch("q", 0)
+    msgs = _tasks(writer, client, "q", 1)
+    first.kill()  # the tasks' lazy records die with it
+    with CoordinatorProc(root, extra=LINGER + port, log_path=tmp_path / "c2.log") as second:
+        assert second.endpoint == endpoint
+        with caplog.at_level(logging.WARNING, logger="txnlog"):
+            writer.commit(msgs, 1)
+        assert "redoing it" in caplog.text and "redone by the driver" in caplog.text
+        assert _committed(st) == _expected(1)
+        writer.commit(msgs, 1)  # Spark retrying the commit: already committed
+        assert _committed(st) == _expected(1)
+        # the stream goes on: the next micro-batch, on the new coordinator
+        writer.commit(_tasks(writer, client, "q", 2), 2)
+        assert _committed(st) == sorted(_expected(1) + _expected(2))
+        assert second.client().describe_txn("q")["state"] == "CompleteCommit"
