@@ -448,8 +448,9 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         from txnlog.log_format.arrow.warmup import warm_up
 
-        # compile the codec's kernels before the first client waits on them
-        await asyncio.get_running_loop().run_in_executor(None, warm_up)
+        # compile the codec's kernels before the first client waits on them (numba's:
+        # a long-running process gains nothing from the ahead-of-time module, see warmup)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: warm_up(build=False))
         gateway = Gateway(config)
         bound_host, bound_port = await gateway.start(host, port, ctx)
         adv = args.advertised or (host if host not in ("0.0.0.0", "") else "127.0.0.1",
