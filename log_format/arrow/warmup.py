@@ -31,11 +31,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..codec.compression import Codec, compress, decompress_array
+from ..codec.control import ControlType, encode_control_batch
 from ..codec.partitioner import partitions_for_keys
-from . import kernel_loading
+from . import _decode_kernels, kernel_loading
 from .arrow_decode import decode_to_arrow
 from .arrow_encode import StreamEncoder, encode_arrow
-from .arrow_scan import AbortedFilter, scan_batches
+from .arrow_scan import AbortedFilter, as_u8, scan_batches
 from .kernel_loading import kernels_of
 
 KERNEL_MODULES = ("txnlog.log_format.arrow._decode_kernels",
@@ -87,6 +89,12 @@ def _run_every_kernel() -> None:
             stream.append(columns, rows=np.array([1, 0]))
             stream.finish()
             scan_batches(data)
+            if transactional:  # the type of a compressed control batch's marker
+                marker = encode_control_batch(ControlType.COMMIT, producer_id=7,
+                                              producer_epoch=0, coordinator_epoch=0,
+                                              base_offset=0, timestamp_ms=0)
+                inner = as_u8(decompress_array(Codec.GZIP, compress(Codec.GZIP, marker[61:])))
+                _decode_kernels.control_type_at(inner, 0, len(inner))
             for headers in (False, True):
                 for aborted in (None, AbortedFilter([])):
                     decode_to_arrow(data, topic="warm-up", partition=0,

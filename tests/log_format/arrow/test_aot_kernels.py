@@ -177,7 +177,7 @@ def test_other_argument_types_run_numba(built: Path) -> None:
         logging.basicConfig(level=logging.INFO)
         from txnlog.log_format.codec import partitioner as P
         from txnlog.log_format.arrow.warmup import kernels_in_use
-        data = np.frombuffer(b"abcdefgh", np.uint8)
+        data = np.frombuffer(bytearray(b"abcdefgh"), np.uint8)  # as the kernel takes it
         off = np.array([0, 0, 1, 1, 3, 3, 8, 8], np.int64)
         valid = np.ones(4, np.uint8)
         a = np.empty(4, np.int32)
