@@ -30,20 +30,18 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .kernel_loading import Kernel
 
 log = logging.getLogger("txnlog.kernels")
 DIR_ENV = "TXNLOG_KERNEL_DIR"
 PREFIX = "txnlog_kernels_"
 _HERE = Path(__file__).resolve().parent
-# What the machine code is made from: every kernel module and the build itself.
+# What the module is made from: every kernel module, the build and the manifest's reader.
 SOURCES = (_HERE / "_decode_kernels.py", _HERE / "_encode_kernels.py",
-           _HERE.parent / "codec" / "partitioner.py", _HERE / "aot_build.py")
+           _HERE.parent / "codec" / "partitioner.py", _HERE / "aot_build.py",
+           Path(__file__).resolve())
 _lock = threading.Lock()
 _loaded: tuple[ModuleType | None, str, dict[str, Any]] | None = None
 
@@ -155,15 +153,16 @@ def _load() -> tuple[ModuleType | None, str, dict[str, Any]]:
     return module, f"loaded {so}", spec
 
 
-def entry(module: ModuleType, k: Kernel, fallback: Callable[..., Any]) -> Callable[..., Any]:
-    """The ahead-of-time entry of kernel ``k`` behind a check of its argument types;
-    ``fallback`` (numba's kernel) takes any other call. Without an entry, the fallback."""
-    overloads = manifest().get("entries", {}).get(f"{k.module}.{k.name}", [])
+def entry(module: ModuleType, qualname: str, fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """The ahead-of-time entry of kernel ``qualname`` (``module.function``) behind a check of
+    its argument types; ``fallback`` (numba's kernel) takes any other call. Without an
+    entry, the fallback."""
+    overloads = manifest().get("entries", {}).get(qualname, [])
     fns = [(getattr(module, o["symbol"], None), o["args"]) for o in overloads]
     fns = [(fn, args) for fn, args in fns if fn is not None]
     if not fns:
         return fallback
-    return _checked(k.name, fns, fallback)
+    return _checked(qualname.rpartition(".")[2], fns, fallback)
 
 
 def _arg_check(i: int, spec: list[Any], consts: dict[str, Any]) -> str:

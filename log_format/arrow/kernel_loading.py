@@ -141,7 +141,7 @@ def bind(namespace: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         for name, k in kernels_of(namespace).items():
             if k.entry:
                 namespace[name] = aot_kernels.entry(
-                    module, k, functools.partial(_jit_call, namespace, name))
+                    module, f"{k.module}.{name}", functools.partial(_jit_call, namespace, name))
         namespace[_BOUND] = "aot"
         return namespace
 

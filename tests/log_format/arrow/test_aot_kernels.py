@@ -211,7 +211,8 @@ def _kernels(mode: str) -> Iterator[None]:
         if mode == "aot":
             for name, k in kernels_of(ns).items():
                 if k.entry:
-                    ns[name] = aot_kernels.entry(module, k, _must_not_fall_back)
+                    ns[name] = aot_kernels.entry(module, f"{k.module}.{name}",
+                                                 _must_not_fall_back)
     try:
         yield
     finally:
