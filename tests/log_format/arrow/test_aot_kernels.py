@@ -99,9 +99,14 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    """The module the session's warm_up() built (conftest): it must exist (a C compiler and
-    the Python headers are part of the test set-up)."""
+    """The module the session's warm_up() built (conftest; built here when the session ran
+    with TXNLOG_KERNELS=jit): it must exist (a C compiler and the Python headers are part
+    of the test set-up)."""
     aot_kernels.forget()
+    if aot_kernels.load()[0] is None:
+        subprocess.run([sys.executable, "-c", "from txnlog.log_format import warm_up; "
+                        "warm_up()"], env=_env(), check=True, timeout=900)
+        aot_kernels.forget()
     module, why = aot_kernels.load()
     assert module is not None, why
     return Path(module.__file__)
