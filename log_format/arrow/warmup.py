@@ -28,6 +28,8 @@ every caller must pass the types warmed here (``kernel_cache_stats`` shows hits 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pyarrow as pa
 
@@ -60,7 +62,10 @@ def warm_up(build: bool = True) -> None:
         return
     # No module: the calls above ran numba's kernels, which now know the argument types
     # the module must take.
-    if aot_build.build() is not None:
+    with warnings.catch_warnings():  # pycc's pending deprecation: no replacement yet
+        warnings.filterwarnings("ignore", message=".*'pycc' module is pending deprecation")
+        built = aot_build.build()
+    if built is not None:
         aot_build.clean()
         aot_kernels.forget()
 
