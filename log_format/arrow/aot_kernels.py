@@ -75,7 +75,15 @@ def cpu_id() -> str:
 
 
 def numba_version() -> str:
-    """numba's version from its metadata (``import numba`` is what this module avoids)."""
+    """numba's version, without importing numba: from its ``.dist-info`` folder's name beside
+    the package (~1 ms), else its metadata (~20 ms: ``importlib.metadata`` scans sys.path)."""
+    spec = importlib.util.find_spec("numba")
+    if spec is None or not spec.origin:
+        return "none"
+    site = Path(spec.origin).parent.parent
+    infos = [p.name[len("numba-"):-len(".dist-info")] for p in site.glob("numba-*.dist-info")]
+    if len(infos) == 1:
+        return infos[0]
     from importlib.metadata import PackageNotFoundError, version
 
     try:

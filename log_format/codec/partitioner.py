@@ -118,6 +118,12 @@ def partitions_for_keys(keys: pa.Array | pa.ChunkedArray, num_partitions: int) -
     bufs = keys.buffers()
     off = np.frombuffer(bufs[1], dtype)[keys.offset:keys.offset + n + 1].astype(np.int64)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
+    if data.flags.writeable:
+        # Read-only whatever the buffer (Arrow IPC from Spark is read-only, a batch built
+        # in Python is not): writability is part of the kernel's type, and one signature is
+        # what warm_up() compiles, numba caches and the ahead-of-time module takes.
+        data = data.view()
+        data.flags.writeable = False
     if keys.null_count:
         valid = keys.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     else:

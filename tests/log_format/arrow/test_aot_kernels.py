@@ -65,8 +65,15 @@ WORKLOAD = textwrap.dedent("""
                             pa.list_(h)),
         "timestamp": pa.array(np.arange(n) * 1000, pa.timestamp("us", tz="Etc/UTC")),
     })
+    # as a Spark task gets it: Arrow IPC, read-only buffers
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    batch = pa.ipc.open_stream(sink.getvalue()).read_next_batch()
     digest = hashlib.sha256()
     parts = partitions_for_keys(batch.column("key"), 4)
+    parts_writable = partitions_for_keys(pa.array(batch.column("key").to_pylist()), 4)
+    assert (parts == parts_writable).all()
     digest.update(parts.tobytes())
     enc = StreamEncoder(producer_id=7, producer_epoch=0, base_sequence=0, transactional=True,
                         max_batch_bytes=4096)
@@ -182,8 +189,8 @@ def test_other_argument_types_run_numba(built: Path) -> None:
         logging.basicConfig(level=logging.INFO)
         from txnlog.log_format.codec import partitioner as P
         from txnlog.log_format.arrow.warmup import kernels_in_use
-        data = np.frombuffer(bytearray(b"abcdefgh"), np.uint8)  # as the kernel takes it
-        off = np.array([0, 0, 1, 1, 3, 3, 8, 8], np.int64)
+        data = np.frombuffer(b"abcdefgh", np.uint8)  # read-only, as the kernel takes it
+        off = np.array([0, 0, 1, 1, 3, 3, 8, 8, 8, 8], np.int64)  # 4 keys, 5 offsets
         valid = np.ones(4, np.uint8)
         a = np.empty(4, np.int32)
         b = np.empty(4, np.int32)
