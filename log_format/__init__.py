@@ -11,8 +11,8 @@ benchmarked on a buffer, and kafka-dump-log agrees with them byte for byte. Thre
   kafka-dump-log's output (``txnlog dump``)
 - ``segments``: runs of objects merged into one segment, and compaction (Kafka's cleaner)
 - ``arrow``: the native-speed Arrow paths (``arrow_codec`` over the scan, decode and
-  encode passes and their numba kernels; ``warmup`` compiles the kernels ahead of first
-  use)
+  encode passes and their kernels, written for numba and compiled ahead of time into a
+  module that loads without numba; ``warmup`` compiles the kernels ahead of first use)
 
 **The place**: where the bytes live under a root URL and how they are found again.
 
@@ -32,7 +32,7 @@ purpose) and ``lazy_exports`` (public names that load on first use).
 
 The names users meet are importable from here (``from txnlog.log_format import Consumer``).
 They load on first use, so ``import txnlog.log_format`` costs nothing: no pyarrow, no numba
-(whose kernels compile on their first call, see ``warmup``), no s3fs.
+(the kernels load on their first call, see ``warmup``), no s3fs.
 """
 
 from __future__ import annotations

@@ -475,8 +475,9 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         from txnlog.log_format.arrow.warmup import warm_up
 
-        # compile the codec's kernels before the first client waits on them
-        await asyncio.get_running_loop().run_in_executor(None, warm_up)
+        # compile the codec's kernels before the first client waits on them (numba's:
+        # a long-running process gains nothing from the ahead-of-time module, see warmup)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: warm_up(build=False))
         gateway = Gateway(config)
         n = args.virtual_brokers
         try:  # port 0: any free ones; else the given port and the ones after it

@@ -1,6 +1,8 @@
 """Compiled (numba) decode kernels of the Arrow hot paths: batch scan and record walk.
 
-The encode side is ``_encode_kernels``; both compile on first call, not at import.
+The encode side is ``_encode_kernels``. Importing either imports no numba: ``@kernel``
+(kernel_loading) binds them on first call to the module compiled ahead of time from this
+source, or to numba's JIT. ``entry=True`` marks the kernels Python code calls.
 
 Records are varint-framed, so finding their boundaries is a sequential walk; it runs here at
 native speed. numba does not bounds-check array accesses, so every read below is checked by
@@ -16,12 +18,8 @@ quarters of the encode.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from .kernel_loading import load_without_refresh
+from .kernel_loading import Intrinsic, kernel
 
 # Kernel status codes (0 = ok). Python turns them into typed errors (arrow_decode.py).
 OK = 0
@@ -55,7 +53,7 @@ SCAN_COLUMNS = ("position", "size", "base_offset", "last_offset_delta", "attribu
                 "base_sequence", "records_count", "control_type")
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def _be(buf, pos, width):
     """Signed big-endian integer of ``width`` bytes at ``pos`` (caller checked bounds)."""
     v = np.int64(0)
@@ -67,7 +65,7 @@ def _be(buf, pos, width):
     return v
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def read_varint(buf, pos, end):
     """Zigzag varint (int32, at most 5 bytes) -> (value, new pos); pos -1 truncated, -2 long."""
     if pos < end:
@@ -91,7 +89,7 @@ def read_varint(buf, pos, end):
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def read_varlong(buf, pos, end):
     """Zigzag varlong (int64, at most 10 bytes) -> (value, new pos); pos -1/-2 as above."""
     if pos < end:
@@ -114,12 +112,12 @@ def read_varlong(buf, pos, end):
     return ((raw >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(raw & 1), pos
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def _varint_status(pos):
     return E_TRUNCATED if pos == -1 else E_VARINT
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(entry=True, cache=True, nogil=True, _nrt=False)
 def control_type_at(buf, pos, end):
     """Type id of the control record starting at ``pos`` -> (type, status)."""
     length, p = read_varint(buf, pos, end)
@@ -151,7 +149,7 @@ def control_type_at(buf, pos, end):
     return ctype, OK
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(entry=True, cache=True, nogil=True, _nrt=False)
 def scan(buf, out, fill, max_batch_length):
     """Walk batch headers; -> (status, position, count). Fills ``out`` rows when ``fill``."""
     n = buf.shape[0]
@@ -179,9 +177,9 @@ def scan(buf, out, fill, max_batch_length):
         ctype = np.int64(CONTROL_NONE)
         if attributes & 0x20:
             if records == 0:
-                ctype = CONTROL_EMPTY
+                ctype = np.int64(CONTROL_EMPTY)
             elif attributes & 7:
-                ctype = CONTROL_PENDING
+                ctype = np.int64(CONTROL_PENDING)
             else:
                 ctype, st = control_type_at(buf, pos + HEADER_SIZE, pos + size)
                 if st != OK:
@@ -207,59 +205,79 @@ def scan(buf, out, fill, max_batch_length):
     return OK, pos, count
 
 
-@intrinsic
-def memcpy(typingctx, dst, dpos, src, spos, n):
-    """``dst[dpos:dpos+n] = src[spos:spos+n]`` as an inlined llvm.memcpy (callers check bounds).
+@Intrinsic
+def memcpy():  # type: ignore[no-untyped-def]
+    """``memcpy(dst, dpos, src, spos, n)``: ``dst[dpos:dpos+n] = src[spos:spos+n]`` as an
+    inlined llvm.memcpy (callers check bounds).
 
     Slice assignment costs ~100 ns per small copy in numba; this is the plain memcpy.
     """
-    sig = types.void(dst, types.intp, src, types.intp, types.intp)
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
 
-    def codegen(context, builder, signature, args):
-        d = context.make_array(signature.args[0])(context, builder, args[0])
-        s = context.make_array(signature.args[2])(context, builder, args[2])
-        dptr = builder.gep(d.data, [args[1]])
-        sptr = builder.gep(s.data, [args[3]])
-        cgutils.raw_memcpy(builder, dptr, sptr, args[4], 1)
-        return context.get_dummy_value()
+    @intrinsic
+    def memcpy(typingctx, dst, dpos, src, spos, n):
+        sig = types.void(dst, types.intp, src, types.intp, types.intp)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            d = context.make_array(signature.args[0])(context, builder, args[0])
+            s = context.make_array(signature.args[2])(context, builder, args[2])
+            dptr = builder.gep(d.data, [args[1]])
+            sptr = builder.gep(s.data, [args[3]])
+            cgutils.raw_memcpy(builder, dptr, sptr, args[4], 1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return memcpy
 
 
-@intrinsic
-def prefetch(typingctx, arr, idx):
-    """Hint the CPU to load the cache line of ``arr[idx]`` (never faults; callers stay in bounds).
+@Intrinsic
+def prefetch():  # type: ignore[no-untyped-def]
+    """``prefetch(arr, idx)``: hint the CPU to load the cache line of ``arr[idx]`` (never
+    faults; callers stay in bounds).
 
     The record walk is a chain of dependent loads (each record's length gives the next
     record's position) that the hardware prefetcher does not run far enough ahead of:
     prefetching ~1 KiB ahead cuts the walk over DRAM-resident batches by more than half.
     """
-    sig = types.void(arr, types.intp)
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
 
-    def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, args[0])
-        i8p = ir.IntType(8).as_pointer()
-        ptr = builder.bitcast(builder.gep(a.data, [args[1]]), i8p)
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        # read, high temporal locality, data cache
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+    @intrinsic
+    def prefetch(typingctx, arr, idx):
+        sig = types.void(arr, types.intp)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            a = context.make_array(signature.args[0])(context, builder, args[0])
+            i8p = ir.IntType(8).as_pointer()
+            ptr = builder.bitcast(builder.gep(a.data, [args[1]]), i8p)
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            # read, high temporal locality, data cache
+            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3),
+                              ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return prefetch
 
 
 PREFETCH_AHEAD = 1024  # bytes; ~8 records of 126 B, enough to cover DRAM latency
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def _copy(dst, dpos, src, spos, n):
     if n > 0:
         memcpy(dst, dpos, src, spos, n)
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _varint_fast(buf, pos, end):
     """read_varint with the one-byte case inline (lengths and deltas of small records)."""
     if pos < end:
@@ -269,7 +287,7 @@ def _varint_fast(buf, pos, end):
     return read_varint(buf, pos, end)
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(entry=True, cache=True, nogil=True, _nrt=False)
 def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_append, counts,
                    start_offset, end_offset, want_headers, key_off, key_data, key_valid,
                    val_off, val_data, val_valid, offsets, stamps, ts_types, list_off,
@@ -449,7 +467,7 @@ def decode_records(buf, reg_start, reg_end, base_offset, base_ts, max_ts, log_ap
     return status, eb, epos, n, kpos, vpos, knulls, vnulls, nh, hkbytes, hvbytes
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(entry=True, cache=True, nogil=True, _nrt=False)
 def gather_headers(buf, header_pos, list_off, n, hk_off, hk_data, hv_off, hv_data, hv_valid):
     """Copy the headers of rows [0, n) (validated by decode_records) into Arrow buffers.
 
@@ -489,7 +507,3 @@ def gather_headers(buf, header_pos, list_off, n, hk_off, hk_data, hv_off, hv_dat
             hv_off[h] = hvpos
     return (OK if h == nh else E_CAPACITY), nulls
 
-
-# Cached kernels load without numba's full target refresh (kernel_loading: ~0.4 s CPU less
-# per fresh process, e.g. a Spark Python worker).
-load_without_refresh(globals())

@@ -5,16 +5,16 @@ record joins the open batch while header + records stay within the batch size; a
 always takes its first record), then writes it; a batch's header is written when it closes.
 One pass reads every Arrow buffer once (a separate sizing pass cost a fifth of the time).
 All inputs come from validated Arrow buffers; indices are still checked against the arrays.
-Compiled without reference counting, like _decode_kernels (see there why).
+Compiled without reference counting, like _decode_kernels (see there why and how they
+load: ahead of time or by numba).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from ._decode_kernels import HEADER_SIZE, memcpy
-from .kernel_loading import load_without_refresh
+from .kernel_loading import kernel
 
 OK = 0
 E_RECORD_TOO_LARGE = 1  # a record (or one field) would not fit Kafka's int32 lengths
@@ -28,12 +28,12 @@ RECORD_OVERHEAD = 36
 HEADER_OVERHEAD = 10  # per header: key and value lengths
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _zz64(v):
     return (v << 1) ^ (v >> 63)
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _uvarint_size(u):
     """Bytes of an unsigned base-128 varint of the 64 bits in ``u`` (int64 bit pattern)."""
     if (u & ~np.int64(0x7F)) == 0:
@@ -48,12 +48,12 @@ def _uvarint_size(u):
     return size
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _svarint_size(v):
     return _uvarint_size(_zz64(v))
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _put_svarint(out, pos, v):
     """Zigzag varint of ``v`` at ``pos`` -> new pos; one- and two-byte cases unrolled."""
     u = _zz64(v)
@@ -72,13 +72,13 @@ def _put_svarint(out, pos, v):
     return pos + 1
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _put_be(out, pos, v, width):
     for i in range(width):
         out[pos + i] = np.uint8((v >> (8 * (width - 1 - i))) & 0xFF)
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _field_size(off, valid, data_len, i):
     """Bytes of a length-prefixed nullable field; -1 if its offsets are out of bounds."""
     if valid[i] == 0:
@@ -91,7 +91,7 @@ def _field_size(off, valid, data_len, i):
     return _svarint_size(length) + length
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def _headers_size(i, h_list_off, h_list_valid, hk_off, hk_len, hv_off, hv_valid, hv_len):
     """Bytes of record i's header count and headers; -1 on bad offsets."""
     if h_list_valid[i] == 0:
@@ -114,7 +114,7 @@ def _headers_size(i, h_list_off, h_list_valid, hk_off, hk_len, hv_off, hv_valid,
     return size
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@kernel(cache=True, nogil=True, _nrt=False, inline="always")
 def _put_field(out, pos, off, valid, data, i):
     if valid[i] == 0:
         out[pos] = 1  # varint(-1)
@@ -127,7 +127,7 @@ def _put_field(out, pos, off, valid, data, i):
     return pos + length
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def _put_header(out, h, records_bytes, attributes, last_delta, base_ts, max_ts, producer_id,
                 producer_epoch, base_sequence, count):
     """Batch header at ``h`` (baseOffset 0, CRC 0: filled in by the caller)."""
@@ -158,7 +158,7 @@ S_COUNT = 7      # records written
 STATE_SIZE = 8
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(entry=True, cache=True, nogil=True, _nrt=False)
 def encode(out, positions, firsts, state, sel, use_sel, close, v_off, v_valid, v_data, k_off,
            k_valid, k_data, ts, has_headers, h_list_off, h_list_valid, hk_off, hk_data, hv_off,
            hv_valid, hv_data, max_batch_bytes, attributes, producer_id, producer_epoch,
@@ -280,7 +280,7 @@ def encode(out, positions, firsts, state, sel, use_sel, close, v_off, v_valid, v
     return OK, -1
 
 
-@njit(cache=True, nogil=True, _nrt=False)
+@kernel(cache=True, nogil=True, _nrt=False)
 def batch_sequence(base_sequence, records_before):
     """Kafka's incrementSequence: baseSequence of a later batch, wrapping past int32 max."""
     if base_sequence < 0:
@@ -290,7 +290,3 @@ def batch_sequence(base_sequence, records_before):
         return inc - (_INT32_MAX - base_sequence) - 1
     return base_sequence + inc
 
-
-# Cached kernels load without numba's full target refresh (kernel_loading: ~0.4 s CPU less
-# per fresh process, e.g. a Spark Python worker).
-load_without_refresh(globals())

@@ -132,8 +132,8 @@ def _raise_scan_error(buf: np.ndarray, status: int, pos: int, source: str | None
 
 def _compressed_control_type(buf: np.ndarray, row: np.void, source: str | None) -> int:
     pos, size = int(row["position"]), int(row["size"])
-    inner = decompress_array(int(row["attributes"]) & 7, buf[pos + 61:pos + size],
-                             max_size=MAX_DECOMPRESSED_BATCH)
+    inner = as_u8(decompress_array(int(row["attributes"]) & 7, buf[pos + 61:pos + size],
+                                   max_size=MAX_DECOMPRESSED_BATCH))  # the warmed signature
     ctype, status = K.control_type_at(inner, 0, len(inner))
     if status != K.OK:
         raise CorruptBatchError(kernel_message(status), position=pos,

@@ -1,29 +1,179 @@
-"""Load the codec's cached numba kernels without numba's whole-library set-up.
+"""Define the codec's native kernels once; run them compiled ahead of time, else by numba.
 
-numba's on-disk cache (``cache=True``) saves the machine code; loading it back should cost
-milliseconds. But before every cache load numba refreshes its CPU target: it imports and
-registers the lowering of all of numba (NumPy's linear algebra — which imports SciPy — random
-generators, typed containers, ...), ~0.4 s of CPU in every fresh process, more than loading
-all our kernels. A fresh Spark Python worker pays that on its first task, a restarted stream
-on its first micro-batch. Cached code needs none of it: ``CompileResult._rebuild`` only
-links the object code and makes the entry point, and the NRT symbols it may link against
-are installed by ``rtsys.initialize``. So our kernels' caches load after that alone. A miss
-(new source, new argument types) still compiles as usual, and numba's compiler refreshes the
-target in full first, as it does for any other jitted function in the process.
+The kernels (``_decode_kernels``, ``_encode_kernels``, ``codec.partitioner``) are written
+once, as numba functions. Importing numba costs a fresh process ~0.2 s of CPU, and loading
+its cached kernels more: every fresh Spark Python worker paid it on its first task. So a
+kernel module imports no numba: ``@kernel`` keeps the Python function and its numba options,
+and the first call binds the module's kernels to what runs them:
 
-Likewise numba runs its extension entry points (``numba_extensions``: a scan of every
-installed distribution's metadata through ``importlib.metadata``, ~45 ms of CPU in a fresh
-Spark worker) before any call is typed, to learn third-party types. Our kernels take only
-NumPy arrays and integers, and their cached code links against nothing an extension adds,
-so a kernel's first call skips that too; a cache miss runs the entry points before it
-compiles, as numba would have.
+- the module compiled ahead of time from this same source (``aot_kernels`` finds it,
+  ``aot_build`` makes it during ``warm_up()``): a plain CPython extension, imported in
+  well under a millisecond, no numba;
+- else numba, as before: each kernel jit-compiled on first call, from numba's on-disk cache
+  when it has the entry. One log line says why (no module built for this source, numba
+  version and CPU yet, or ``TXNLOG_KERNELS=jit``).
+
+An ahead-of-time entry takes exactly the argument types numba compiled for in ``warm_up()``;
+a call with other types (another dtype, a strided or unaligned array, a writable array
+where the kernel writes) runs numba's kernels instead, which compile for them as they always
+did. Binding replaces the names in the module's namespace, so after the first call a caller's
+``K.scan(...)`` costs what the bound kernel costs.
+
+Loading numba's cache without its whole-library set-up: before every cache load numba
+refreshes its CPU target: it imports and registers the lowering of all of numba (NumPy's
+linear algebra — which imports SciPy — random generators, typed containers, ...), ~0.4 s of
+CPU in a fresh process. Cached code needs none of it: ``CompileResult._rebuild`` only links
+the object code, and the NRT symbols it may link against are installed by
+``rtsys.initialize``. Likewise numba runs its extension entry points (a scan of every
+installed distribution's metadata, ~45 ms) before any call is typed; our kernels take only
+NumPy arrays and integers, so a cache hit skips both; a miss compiles as numba would.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
+
+log = logging.getLogger("txnlog.kernels")
+
+MODE_ENV = "TXNLOG_KERNELS"  # "auto" (default): ahead-of-time when built, else numba; "jit"
+REGISTRY = "__txnlog_kernels__"  # a kernel module's own kernels and intrinsics, by name
+_BOUND = "__txnlog_kernels_bound__"  # how the module's kernels run: "aot" or "jit"
+_lock = threading.RLock()
+_said: set[str] = set()
+
+
+class Kernel:
+    """A kernel as its module defines it: the Python function and numba's options.
+
+    ``entry`` kernels are the ones Python code calls (they are compiled ahead of time);
+    the others are only called from kernels. Calling this object binds the module first.
+    """
+
+    def __init__(self, py_func: Callable[..., Any], options: dict[str, Any], entry: bool):
+        self.py_func = py_func
+        self.options = options
+        self.entry = entry
+        self.namespace: MutableMapping[str, Any] = py_func.__globals__
+        self.name = py_func.__name__
+        self.module = py_func.__module__
+        self.jit: Any = None
+        functools.update_wrapper(self, py_func)
+
+    def dispatcher(self) -> Any:
+        """numba's dispatcher for this kernel (imports numba)."""
+        with _lock:
+            if self.jit is None:
+                from numba import njit
+
+                self.jit = njit(**self.options)(self.py_func)
+            return self.jit
+
+    def __call__(self, *args: Any) -> Any:
+        fn = bind(self.namespace).get(self.name)
+        if fn is self or isinstance(fn, Kernel):  # not an ahead-of-time entry: numba runs it
+            use_jit(self.namespace, f"{self.name} is not compiled ahead of time")
+            fn = self.namespace[self.name]
+        return fn(*args)
+
+
+class Intrinsic:
+    """A numba ``@intrinsic`` that ``factory`` makes (importing numba) when a kernel module
+    is bound to numba; ahead-of-time code has it compiled in."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.factory = factory
+        self.name = factory.__name__
+        self.jit: Any = None
+        functools.update_wrapper(self, factory)
+        factory.__globals__.setdefault(REGISTRY, {})[self.name] = self
+
+    def dispatcher(self) -> Any:
+        with _lock:
+            if self.jit is None:
+                self.jit = self.factory()
+            return self.jit
+
+    def __call__(self, *args: Any) -> Any:
+        raise TypeError(f"{self.name} is an intrinsic: call it from a kernel")
+
+
+def kernel(*, entry: bool = False, **options: Any) -> Callable[[Callable[..., Any]], Kernel]:
+    """``@kernel(entry=..., **njit_options)``: define a kernel without importing numba."""
+
+    def wrap(py_func: Callable[..., Any]) -> Kernel:
+        k = Kernel(py_func, options, entry)
+        py_func.__globals__.setdefault(REGISTRY, {})[k.name] = k
+        return k
+
+    return wrap
+
+
+def kernels_of(namespace: Mapping[str, Any]) -> dict[str, Kernel]:
+    """The kernels a module defines, by name."""
+    return {n: k for n, k in namespace.get(REGISTRY, {}).items() if isinstance(k, Kernel)}
+
+
+def mode() -> str:
+    """``jit`` when ``TXNLOG_KERNELS=jit`` asks for numba's kernels, else ``auto``."""
+    return "jit" if os.environ.get(MODE_ENV, "").strip().lower() == "jit" else "auto"
+
+
+def bind(namespace: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Bind a kernel module's entries to the ahead-of-time module, or all its kernels to
+    numba's dispatchers when there is none (once per module and process)."""
+    with _lock:
+        if namespace.get(_BOUND):
+            return namespace
+        if mode() == "jit":
+            use_jit(namespace, f"{MODE_ENV}=jit", level=logging.INFO)
+            return namespace
+        from . import aot_kernels
+
+        module, reason = aot_kernels.load()
+        if module is None:
+            use_jit(namespace, reason)
+            return namespace
+        for name, k in kernels_of(namespace).items():
+            if k.entry:
+                namespace[name] = aot_kernels.entry(
+                    module, f"{k.module}.{name}", functools.partial(_jit_call, namespace, name))
+        namespace[_BOUND] = "aot"
+        return namespace
+
+
+def _jit_call(namespace: MutableMapping[str, Any], name: str, *args: Any) -> Any:
+    """An ahead-of-time entry got argument types it was not compiled for: numba runs it."""
+    use_jit(namespace, f"{name} called with argument types it was not compiled for "
+                       "ahead of time")
+    return namespace[name](*args)
+
+
+def use_jit(namespace: MutableMapping[str, Any], reason: str,
+            level: int = logging.WARNING) -> None:
+    """Bind every kernel (and intrinsic) of a module to numba, saying why once."""
+    with _lock:
+        if namespace.get(_BOUND) == "jit":
+            return
+        module = namespace.get("__name__", "?")
+        if reason not in _said:
+            _said.add(reason)
+            log.log(level, "txnlog codec kernels run by numba's JIT (%s): %s", module, reason)
+        own = namespace.get(REGISTRY, {})
+        for name, value in [*own.items(), *namespace.items()]:
+            if isinstance(value, Kernel | Intrinsic):  # imported ones too (an intrinsic)
+                namespace[name] = value.dispatcher()
+        load_without_refresh(namespace)
+        namespace[_BOUND] = "jit"
+
+
+def bound_as(namespace: Mapping[str, Any]) -> str | None:
+    """``aot``, ``jit``, or None while the module's kernels were never called."""
+    return namespace.get(_BOUND)
 
 
 def _load_cached(cache: Any, sig: Any, target_context: Any) -> Any:
@@ -45,7 +195,7 @@ def _no_entry_points() -> None:
 
 def load_without_refresh(namespace: Mapping[str, Any]) -> None:
     """Make every cached kernel defined in ``namespace`` (a kernel module's globals) load
-    from the cache without refreshing numba's target or running its extension entry
+    from numba's cache without refreshing numba's target or running its extension entry
     points first."""
     from numba.core.dispatcher import Dispatcher
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numba import njit
 
-from ..arrow.kernel_loading import load_without_refresh
+from ..arrow.kernel_loading import kernel
 
 SEED = 0x9747B28C
 M = 0x5BD1E995
@@ -57,7 +56,7 @@ def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) 
     return to_positive(murmur2(key)) % num_partitions
 
 
-@njit(cache=True, nogil=True)
+@kernel(entry=True, cache=True, nogil=True)
 def _partitions(off, valid, data, num_partitions, out):
     # int64 arithmetic masked to 32 bits: numba widens uint32 products, so wrap by hand
     # (the low 32 bits of a product do not depend on any overflow above them).
@@ -119,6 +118,12 @@ def partitions_for_keys(keys: pa.Array | pa.ChunkedArray, num_partitions: int) -
     bufs = keys.buffers()
     off = np.frombuffer(bufs[1], dtype)[keys.offset:keys.offset + n + 1].astype(np.int64)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
+    if data.flags.writeable:
+        # Read-only whatever the buffer (Arrow IPC from Spark is read-only, a batch built
+        # in Python is not): writability is part of the kernel's type, and one signature is
+        # what warm_up() compiles, numba caches and the ahead-of-time module takes.
+        data = data.view()
+        data.flags.writeable = False
     if keys.null_count:
         valid = keys.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
     else:
@@ -128,7 +133,3 @@ def partitions_for_keys(keys: pa.Array | pa.ChunkedArray, num_partitions: int) -
         raise ValueError(f"key {bad}: Arrow offsets point outside the data buffer")
     return out
 
-
-# Cached kernels load without numba's full target refresh (kernel_loading: ~0.4 s CPU less
-# per fresh process, e.g. a Spark Python worker).
-load_without_refresh(globals())

@@ -26,7 +26,10 @@ def probe(_rows):  # type: ignore[no-untyped-def]
 
     # frozen: the daemon froze what it preloaded (its workers' collections skip it);
     # pyspark: where the worker's pyspark came from (the installed copy, not Spark's zip)
-    yield {"llvmlite": "llvmlite" in maps, "arrow": "libarrow" in maps, "cmd": cmd,
+    # kernels: the codec's compiled kernels are mapped (the module compiled ahead of time,
+    # or numba's LLVM where there is none)
+    yield {"kernels": "txnlog_kernels_" in maps or "llvmlite" in maps,
+           "arrow": "libarrow" in maps, "cmd": cmd,
            "frozen": gc.get_freeze_count(), "pyspark": pyspark.__file__}
 
 

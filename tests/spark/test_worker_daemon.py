@@ -1,8 +1,9 @@
 """``spark.python.daemon.module=txnlog.datasource.worker_daemon`` (a fast first query):
 a batch write, a read and an exactly-once stream through task workers forked from a daemon
 that preloaded txnlog, in a Spark session of its own (daemon_driver.py). The workers'
-parent has numba's LLVM and Arrow loaded: the preload happened before the fork (the plain
-``pyspark.daemon`` imports neither); the preloaded objects are frozen out of the workers'
+parent has the codec's compiled kernels (the module compiled ahead of time, else numba's
+LLVM) and Arrow loaded: the preload happened before the fork (the plain ``pyspark.daemon``
+imports neither); the preloaded objects are frozen out of the workers'
 garbage collections; and pyspark comes from the installed, compiled copy, not from Spark's
 ``pyspark.zip`` (byte-identical to it here)."""
 
@@ -33,7 +34,7 @@ def test_txnlog_tasks_run_in_workers_of_the_preloading_daemon(coord, file_root: 
     assert steps["stream"]["batches"] >= 3
     daemon = next(json.loads(line.split(" ", 1)[1]) for line in out.splitlines()
                   if line.startswith("DAEMON "))
-    assert daemon and all(d["llvmlite"] and d["arrow"] for d in daemon), daemon
+    assert daemon and all(d["kernels"] and d["arrow"] for d in daemon), daemon
     assert all("txnlog.datasource.worker_daemon" in d["cmd"] for d in daemon), daemon
     assert all(d["frozen"] > 10_000 for d in daemon), daemon
     # pip's pyspark is the same source as Spark's pyspark.zip: imported compiled

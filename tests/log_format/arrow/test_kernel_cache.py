@@ -1,5 +1,8 @@
 """The codec's numba kernels load from numba's on-disk cache in a fresh process.
 
+(numba's kernels are the fallback when no module compiled ahead of time is there:
+``TXNLOG_KERNELS=jit`` makes these processes use them; test_aot_kernels tests that module.)
+
 A Spark Python worker is a fresh process: if a kernel's cache entry missed (another source
 timestamp, a signature the cache never saw), the worker's first task would compile it for
 seconds. Here ``warm_up()`` fills an empty cache of the test's own (not the session's,
@@ -75,7 +78,7 @@ def test_a_fresh_process_compiles_no_kernel(tmp_path: Path) -> None:
     decode never compiled, so every fresh cache cost the first read task a compilation of
     decode_records (seconds)."""
     cache = tmp_path / "numba-cache"
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "TXNLOG_KERNELS": "jit"}
     _run("from txnlog.log_format.arrow.warmup import warm_up; warm_up(); print('warm')", env=env)
     for i in range(2):  # the second fresh process too: what the first saved must hit
         out = json.loads(_run(WORKLOAD, (tmp_path / f"root{i}").as_uri(), env=env))
@@ -97,7 +100,8 @@ def test_a_fresh_process_compiles_no_kernel(tmp_path: Path) -> None:
 
 def test_warm_up_loads_every_kernel_from_the_cache() -> None:
     out = json.loads(_run("from txnlog.log_format.arrow.warmup import warm_up, kernel_cache_stats\n"
-                          "import json\nwarm_up()\nprint(json.dumps(kernel_cache_stats()))"))
+                          "import json\nwarm_up()\nprint(json.dumps(kernel_cache_stats()))",
+                          env={**os.environ, "TXNLOG_KERNELS": "jit"}))
     assert all(v["misses"] == 0 for v in out.values()), out
     assert sum(v["hits"] for v in out.values()) >= 4
     assert all("__pycache__" in v["cache_path"] for v in out.values())
@@ -130,7 +134,8 @@ def test_a_read_imports_no_encode_side(tmp_path: Path) -> None:
 
     assert arrow_codec.encode_arrow.__module__.endswith("arrow_encode")
     # A miss (an empty cache of its own): the kernel compiles, entry points initialised.
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty-cache")}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "empty-cache"),
+           "TXNLOG_KERNELS": "jit"}
     miss = ("from txnlog.log_format.codec.partitioner import partitions_for_keys\n"
             "import pyarrow as pa\n"
             "from numba.core import entrypoints\n"
