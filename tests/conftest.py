@@ -37,6 +37,24 @@ from s3_server import S3Server
 BUCKET = "txnlog-tests"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The units ``-n 2 --dist loadgroup`` (pyproject's addopts) hands to a worker: each
+    test file (its module-scoped servers start once), except that every test using the
+    shared Spark session goes to one worker (one session JVM, as run serially) and every
+    test on Ceph RGW to one worker (one RGW cluster). Without xdist the marks do nothing."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "spark" in names:
+            group = "spark-session"
+        elif "rgw_server" in names or "rgw_root" in names or "rgw" in (
+                params.get("every_root"), params.get("s3_impl_server")):
+            group = "rgw"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_kernels() -> None:
     """Compile (or load) the codec's numba kernels once, before any test starts a clock.
