@@ -37,6 +37,7 @@ from s3_server import S3Server
 BUCKET = "txnlog-tests"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The units ``-n 2 --dist loadgroup`` (pyproject's addopts) hands to a worker: each
     test file (its module-scoped servers start once), except that every test using the
