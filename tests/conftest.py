@@ -12,6 +12,8 @@
 - `s3_impl_server` / `s3_impl_root`: parametrized over both S3 servers (ids "seaweedfs",
   "rgw"), and `every_root` over file, SeaweedFS and RGW (ids "file", "s3", "rgw"): for tests
   whose correctness rests on deletes, listings or conditional writes.
+- (autouse) the numba kernels compiled before any test, and ``SPARK_HOME`` set to a Spark
+  home whose pyspark.zip holds bytecode (tests/spark_home.py) for every Spark process.
 """
 
 from __future__ import annotations
@@ -35,6 +37,25 @@ from s3_server import S3Server
 BUCKET = "txnlog-tests"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The units ``-n 2 --dist loadgroup`` (pyproject's addopts) hands to a worker: each
+    test file (its module-scoped servers start once), except that every test using the
+    shared Spark session goes to one worker (one session JVM, as run serially) and every
+    test on Ceph RGW to one worker (one RGW cluster). Without xdist the marks do nothing."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "spark" in names:
+            group = "spark-session"
+        elif "rgw_server" in names or "rgw_root" in names or "rgw" in (
+                params.get("every_root"), params.get("s3_impl_server")):
+            group = "rgw"
+        else:
+            group = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_kernels() -> None:
     """Compile (or load) the codec's numba kernels once, before any test starts a clock.
@@ -46,6 +67,28 @@ def _compiled_kernels() -> None:
     from txnlog.log_format.arrow.warmup import warm_up
 
     warm_up()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_pyspark_zip(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every Spark process of the session (the shared session's, the stream drivers' the
+    tests start and kill, and their Python workers) runs on a Spark home whose pyspark.zip
+    holds bytecode (tests/spark_home.py, as docs/deployment.md ships it): each of the many
+    fresh Spark Python processes then loads pyspark instead of compiling it (~4 s of CPU
+    less per stream driver start). Built once into pytest's cache directory."""
+    import warnings
+
+    from spark_home import compiled_spark_home
+
+    cache = getattr(request.config, "cache", None)
+    where = (cache.mkdir("compiled-spark-home") if cache is not None
+             else tmp_path_factory.mktemp("compiled-spark-home"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pyspark's own sources' SyntaxWarnings
+        home = compiled_spark_home(Path(where))
+    if home is not None:
+        os.environ["SPARK_HOME"] = str(home)
 
 
 @pytest.fixture

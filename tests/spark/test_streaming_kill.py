@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -108,6 +108,30 @@ class Driver:
         return rc
 
 
+class Relay:
+    """A story's drivers, each booted one run ahead: ``take`` hands over the booted driver
+    of this run (it waits for ``go``) and starts booting the next one, so a driver's JVM
+    start overlaps the run before it instead of following its kill."""
+
+    def __init__(self, boots: list[Callable[[], Driver]]) -> None:
+        self._boots = iter(boots)
+        self._next: Driver | None = next(self._boots)()
+
+    def take(self) -> Driver:
+        d = self._next
+        assert d is not None, "no driver left to take"
+        self._next = next(self._boots, lambda: None)()
+        return d
+
+    def wait_next_booted(self) -> None:
+        """Until the next driver waits for its go (``READY``): a run that must not share
+        the cores with a booting JVM starts then."""
+        d = self._next
+        assert d is not None
+        assert _wait_for(lambda: "READY" in d.text(), 300, "the next driver to boot", d), \
+            d.text()[-3000:]
+
+
 def _wait_for(cond, timeout: float, what: str, driver: Driver | None = None) -> bool:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -154,13 +178,23 @@ class Story:
         d.kill()
         self.kills += 1
 
-    def finish(self) -> None:
+    def boot_final(self) -> Driver:
+        """The final run's driver, booted (JVM, session, DataFrame) while the story's last
+        run still runs; ``finish`` starts its query once that run is dead."""
+        return self.driver(max_offsets=1000, wait_go=True)
+
+    def finish(self, booted: Driver | None = None) -> None:
         """Restart until a run drains the input, then check exactly-once + group offsets.
         The last run replays the batch in flight as the checkpoint has it, then drains the
         rest in larger batches (a read limit is not part of the checkpoint): the kills are
-        over, and each batch costs a second or more."""
+        over, and each batch costs a second or more. ``booted``: the first final run's
+        driver, from ``boot_final`` (any earlier run of the story must be dead)."""
         for _ in range(3):
-            d = self.driver(max_offsets=1000)
+            if booted is not None:
+                d, booted = booted, None
+                d.go()
+            else:
+                d = self.driver(max_offsets=1000)
             t0 = time.monotonic()
             if d.wait(600) == 0:
                 print(f"final run drained the input in {time.monotonic() - t0:.1f}s "
@@ -210,8 +244,21 @@ def _random_kills(story: Story, kills: int, seed: int) -> None:
     # The next run's driver boots (JVM, session, DataFrame) while the current run runs and
     # starts its query on the checkpoint once the current one is dead: a kill then costs
     # the query's start, not the JVM's.
-    booted = story.driver(env, wait_go=True)
+    # The driver booted while the last kill's run runs is the final run's (``finish``); if
+    # that run drains its input instead (not a kill), it is replaced by a killable one.
+    final: set[Driver] = set()
+
+    def boot_next() -> Driver:
+        if story.kills >= kills - 1:
+            final.add(d := story.boot_final())
+            return d
+        return story.driver(env, wait_go=True)
+
+    booted = boot_next()
     while story.kills < kills:
+        if booted in final:
+            booted.kill()  # the run before it was not a kill after all: not the last one
+            booted = story.driver(env, wait_go=True)
         story.add_input()
         for f in hooks.iterdir():
             f.unlink()
@@ -221,7 +268,7 @@ def _random_kills(story: Story, kills: int, seed: int) -> None:
             booted = story.driver(env, wait_go=True)
             continue  # finished (or failed) before it started: not a kill
         started = time.monotonic()
-        booted = story.driver(env, wait_go=True)
+        booted = boot_next()
         in_commit = rng.random() < 0.4
         span = sorted(to_commit)[len(to_commit) // 2] if to_commit else 8.0
         delay = rng.uniform(0.0, 3.0) if in_commit else rng.uniform(0.0, min(span, 12.0))
@@ -245,8 +292,8 @@ def _random_kills(story: Story, kills: int, seed: int) -> None:
               f"{'its first commit() began' if in_commit else 'STARTED'}; hooks reached "
               f"{committed or 'none'} ({started - t0:.1f}s from go to STARTED)")
     print(f"{after_commit} of {story.kills} kills in or after the run's first commit()")
-    booted.kill()  # never started its query
-    story.finish()
+    assert booted in final
+    story.finish(booted)
 
 
 @pytest.mark.parametrize("part", [0, pytest.param(1, marks=pytest.mark.slow)])
@@ -265,12 +312,13 @@ def test_driver_killed_at_random_moments_long(story: Story) -> None:
                                                                random.randrange(1 << 30))))
 
 
-def _kill_inside_first_offset_log_write(story: Story) -> bool:
+def _kill_inside_first_offset_log_write(story: Story, d: Driver) -> bool:
     """Kill a new query while Spark writes offsets/0: its temporary file is there, not yet
     renamed. Spark >= 4.1 refuses to restart on that unless it is removed first
-    (stream_checkpoint; the driver does it): the next run must say it did."""
+    (stream_checkpoint; the driver does it): the next run must say it did. ``d`` is booted
+    and waits to start its query."""
     story.add_input()
-    d = story.driver()
+    d.go()
     offsets = story.ckpt / "offsets"
     deadline = time.monotonic() + 300
     seen: list[str] = []
@@ -289,17 +337,31 @@ def test_driver_killed_inside_commit(story: Story, tmp_path: Path) -> None:
     """Kill inside Spark's write of the first offset-log entry; then at fixed points of the
     sink's commit(): before anything, after the group offsets joined the transaction, and
     after the coordinator answered (before Spark's commit log); then with the coordinator
-    dying after Prepare, after a marker and after Complete."""
-    caught = _kill_inside_first_offset_log_write(story)
+    dying after Prepare, after a marker and after Complete.
+
+    Each run's driver boots (JVM, session, DataFrame) while the run before it runs, and
+    starts its query on the checkpoint once that run is dead (``--go-file``): a kill costs
+    the query's start, not the JVM's."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     steps = ["before_commit", "after_offsets", "after_commit"] * max(1, (KILLS or 6) // 6)
+    faults = ["after_prepare", "after_marker", "after_complete_before_reply"] * max(
+        1, (KILLS or 6) // 6)
+    envs: list[dict[str, str] | None] = [None] + [
+        {"TXNLOG_STREAM_TEST_DIR": str(hooks), "TXNLOG_STREAM_TEST_PAUSE": step}
+        for step in steps] + [None] * len(faults)
+    relay = Relay([lambda e=e: story.driver(e, wait_go=True) for e in envs]
+                  + [story.boot_final])
+    first = relay.take()
+    # The 1 ms poll for offsets/0's temporary file (~0.1 s) runs beside no JVM start.
+    relay.wait_next_booted()
+    caught = _kill_inside_first_offset_log_write(story, first)
     for step in steps:
         story.add_input()
         for f in hooks.iterdir():
             f.unlink()
-        d = story.driver({"TXNLOG_STREAM_TEST_DIR": str(hooks),
-                          "TXNLOG_STREAM_TEST_PAUSE": step})
+        d = relay.take()
+        d.go()
         reached = lambda s=step: any(f.name.startswith(f"reached-{s}-")  # noqa: E731
                                      for f in hooks.iterdir())
         assert _wait_for(reached, 300, f"commit step {step}", d), d.text()[-3000:]
@@ -307,18 +369,18 @@ def test_driver_killed_inside_commit(story: Story, tmp_path: Path) -> None:
             assert "REMOVED" in d.text(), d.text()[-3000:]
             caught = False
         story.kill(d)
-    for fault in ["after_prepare", "after_marker", "after_complete_before_reply"] * max(
-            1, (KILLS or 6) // 6):
+    for fault in faults:
         story.add_input()
         story.coord.stop()
         story.coord.start(faults=fault)
-        d = story.driver()
+        d = relay.take()
+        d.go()
         assert _wait_for(story.coord.dead, 300, f"the coordinator to die at {fault}", d), \
             d.text()[-3000:]
         story.kill(d)  # the driver dies while the coordinator is down mid-commit
         story.coord.stop()
         story.coord.start()
-    story.finish()
+    story.finish(relay.take())
 
 
 def test_coordinator_killed_mid_run(story: Story) -> None:
@@ -328,6 +390,7 @@ def test_coordinator_killed_mid_run(story: Story) -> None:
     time.sleep(3.0)
     assert story.coord.proc is not None
     story.coord.proc.kill()
+    final = story.boot_final()  # boots while the run retries its dead coordinator
     rc = d.wait(300)  # tasks retry the coordinator for a while, then the batch fails
     out = d.text()
     if rc == 0:
@@ -335,7 +398,7 @@ def test_coordinator_killed_mid_run(story: Story) -> None:
     assert "FAILED" in out and "unreachable" in out, out[-3000:]
     story.coord.stop()
     story.coord.start()
-    story.finish()
+    story.finish(final)
 
 
 def test_two_copies_of_one_query(story: Story) -> None:
@@ -354,6 +417,10 @@ def test_two_copies_of_one_query(story: Story) -> None:
         time.sleep(0.05)
     assert a.running(), "the first copy drained its input before the second started"
     b.go()
+    deadline = time.monotonic() + 600
+    while a.running() and b.running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    final = story.boot_final()  # boots while the other copy runs on (or fails)
     rcs = [a.wait(600), b.wait(600)]
     texts = [a.text(), b.text()]
     print("exit codes", rcs)
@@ -363,4 +430,4 @@ def test_two_copies_of_one_query(story: Story) -> None:
     loser = texts[rcs.index(1)]
     assert "FAILED" in loser and ("fenced" in loser or "Concurrent update" in loser
                                   or "Multiple streaming" in loser), loser[-3000:]
-    story.finish()
+    story.finish(final)
