@@ -6,8 +6,9 @@ input record exactly once, in per-key order, and the group's committed offsets m
 the input's end.
 
 Each driver is its own process group (``stream_driver.py``), killed as a whole. The default
-suite kills a driver 20 times: 13 at random moments (``TXNLOG_STREAM_SEED`` replays the
-printed seed), 7 at fixed points; ``-m slow`` adds a series of 40 random kills.
+suite kills a driver 14 times: 7 at random moments (``TXNLOG_STREAM_SEED`` replays the
+printed seed), 7 at fixed points; ``-m slow`` adds a story of 6 more random kills and a
+series of 40.
 ``TXNLOG_STREAM_KILLS`` overrides the random counts (and scales the fixed series).
 """
 
