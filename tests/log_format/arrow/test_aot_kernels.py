@@ -39,7 +39,7 @@ from txnlog.log_format.arrow.arrow_codec import (
     scan_batches,
 )
 from txnlog.log_format.arrow.arrow_encode import StreamEncoder
-from txnlog.log_format.arrow.kernel_loading import kernels_of
+from txnlog.log_format.arrow.kernel_loading import Intrinsic, kernels_of
 from txnlog.log_format.arrow.warmup import KERNEL_MODULES
 from txnlog.log_format.codec.partitioner import partitions_for_keys
 
@@ -220,6 +220,9 @@ def _kernels(mode: str) -> Iterator[None]:
         saved.append((ns, dict(ns)))
         for name, k in kernels_of(ns).items():
             ns[name] = k.dispatcher()  # callees too: numba resolves them in this namespace
+        for name, value in list(ns.items()):  # and intrinsics, imported ones too (use_jit)
+            if isinstance(value, Intrinsic):
+                ns[name] = value.dispatcher()
         if mode == "aot":
             for name, k in kernels_of(ns).items():
                 if k.entry:
