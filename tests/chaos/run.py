@@ -1240,6 +1240,22 @@ def run_all(faults: list[str], backends: list[str], profile: Profile, out: Path,
     from txnlog.log_format.arrow.warmup import warm_up
 
     warm_up()  # compile the codec once here, not in every worker inside the fault clock
+    # Scenarios point AWS_* (and the token, TXNLOG_UNSAFE) at their own servers; a test
+    # process that calls this goes on with other tests, whose session S3 server the
+    # variables named before, so the environment is put back exactly as it was.
+    saved_environ = dict(os.environ)
+    try:
+        return _run_backends(faults, backends, profile, out, seed, unsafe, log, retention,
+                             acls)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        Storage.clear_cache()
+
+
+def _run_backends(faults: list[str], backends: list[str], profile: Profile, out: Path,
+                  seed: int, unsafe: str, log: Callable[[str], None], retention: bool,
+                  acls: bool) -> list[Outcome]:
     results: list[Outcome] = []
     for backend in backends:
         s3: S3Server | None = None

@@ -604,11 +604,13 @@ def test_merge_above_lso_loses_a_late_write(planted: bool, tmp_path: Path,
     try:
         c = proc.client()
         p = producer(root, proc.endpoint, "P")  # type: ignore[arg-type]
-        commit_some(rec, p, 0, 1)
+        # the gap comes first: a merge of commits below it (merged end = the gap) would
+        # make the planted merger refuse the gap instead of going past it, and whether
+        # one runs before the reservation depends on the machine's load
         pid, epoch = c.init_producer_id("A", 60_000)
         base = c.reserve(pid, epoch, {(TOPIC, 0): (0, 1)})[(TOPIC, 0)]
         rec.h.write("send", proc="A", txn="A:0", topic=TOPIC, partition=0, key="k", value=1)
-        commit_some(rec, p, 1, 5)
+        commit_some(rec, p, 0, 6)
         if planted:
             wait_for(lambda: merged_end(storage) > base, "merged past the gap")
         data = encode_arrow(pa.RecordBatch.from_pydict({"value": [b"1"]}), producer_id=pid,
