@@ -12,6 +12,8 @@
 - `s3_impl_server` / `s3_impl_root`: parametrized over both S3 servers (ids "seaweedfs",
   "rgw"), and `every_root` over file, SeaweedFS and RGW (ids "file", "s3", "rgw"): for tests
   whose correctness rests on deletes, listings or conditional writes.
+- (autouse) every librdkafka client closed by the end of the test that made it (a test
+  leaving one fails: tests/kafka_client_guard.py says why).
 - (autouse) the numba kernels compiled before any test, and ``SPARK_HOME`` set to a Spark
   home whose pyspark.zip holds bytecode (tests/spark_home.py) for every Spark process.
 """
@@ -31,8 +33,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 # tests talk to 127.0.0.0/8 only (test_multi_host sets its own addresses per process).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+import kafka_client_guard
 from rgw_server import RgwServer, RgwUnavailable
 from s3_server import S3Server
+
+kafka_client_guard.install()  # before test modules take confluent_kafka's names
 
 BUCKET = "txnlog-tests"
 
@@ -54,6 +59,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         else:
             group = item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def _kafka_clients_closed() -> Iterator[None]:
+    yield
+    left = kafka_client_guard.shut_leftovers()
+    assert not left, f"the test left librdkafka clients running (close them): {left}"
 
 
 @pytest.fixture(scope="session", autouse=True)

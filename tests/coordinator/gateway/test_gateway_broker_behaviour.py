@@ -28,6 +28,7 @@ from confluent_kafka import Producer as CKProducer
 from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc
 from kafka import KafkaProducer
+from kafka_client_guard import close_quietly
 from txnlog.log_format import topics
 from txnlog.log_format.storage import Storage
 
@@ -749,27 +750,31 @@ def test_a_fenced_transactional_producer_gets_invalid_producer_epoch(root: Root)
     conf = {"bootstrap.servers": root.on.bootstrap, "transactional.id": tid,
             "linger.ms": 0}
     old = CKProducer(conf)
-    old.init_transactions(30)
-    old.begin_transaction()
-    old.produce(name, b"before")
-    old.flush(30)
     new = CKProducer(conf)
-    new.init_transactions(30)  # fences the old instance
-    seen: list[str] = []
-    old.produce(name, b"zombie", on_delivery=lambda err, msg: seen.append(str(err)))
     try:
+        old.init_transactions(30)
+        old.begin_transaction()
+        old.produce(name, b"before")
         old.flush(30)
-    except (KafkaException, SystemError) as exc:  # librdkafka raises its fatal error here
-        seen.append(str(exc.__cause__ or exc.__context__ or exc))
-    # librdkafka names the broker's code: INVALID_PRODUCER_EPOCH is "an operation with an
-    # old epoch" (PRODUCER_FENCED would be "a newer producer with the same id")
-    assert any("old epoch" in x for x in seen), seen
-    assert not any("newer producer with the same transactionalId" in x for x in seen), seen
-    with pytest.raises(KafkaException):  # the zombie cannot commit
-        old.commit_transaction(30)
-    new.begin_transaction()
-    new.produce(name, b"after")
-    new.commit_transaction(30)
+        new.init_transactions(30)  # fences the old instance
+        seen: list[str] = []
+        old.produce(name, b"zombie", on_delivery=lambda err, msg: seen.append(str(err)))
+        try:
+            old.flush(30)
+        except (KafkaException, SystemError) as exc:  # librdkafka raises its fatal error
+            seen.append(str(exc.__cause__ or exc.__context__ or exc))
+        # librdkafka names the broker's code: INVALID_PRODUCER_EPOCH is "an operation with
+        # an old epoch" (PRODUCER_FENCED would be "a newer producer with the same id")
+        assert any("old epoch" in x for x in seen), seen
+        assert not any("newer producer with the same transactionalId" in x for x in seen), seen
+        with pytest.raises(KafkaException):  # the zombie cannot commit
+            old.commit_transaction(30)
+        new.begin_transaction()
+        new.produce(name, b"after")
+        new.commit_transaction(30)
+    finally:  # a fenced producer's C handle holds this frame: it would live on
+        for p in (old, new):
+            close_quietly(p)
 
 
 # ------------------------------------------------------------------------- groups
