@@ -75,6 +75,10 @@ class MergedObject:
     # ``gen`` under ``<t>-<p>/cleaned/<gen>/``: it holds fewer records than what it
     # replaced, under a new name (put-if-absent never rewrites a name)
     gen: int = 0
+    # False: a small run of the open segment written without ``.index``/``.timeindex``
+    # (``log_merger.unindexed_run``): readers scan it from its start, as they do a small
+    # object; the merge that carries it into a bigger run or a segment indexes that
+    indexed: bool = True
 
     def path(self, topic: str, partition: int, suffix: str = LOG_SUFFIX) -> str:
         name = segment_name(self.base_offset, suffix)
@@ -84,7 +88,7 @@ class MergedObject:
 
     def paths(self, topic: str, partition: int) -> list[str]:
         """Every object of it: the log, its indexes, its txnindex if any."""
-        sfx = [LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX]
+        sfx = [LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX] if self.indexed else [LOG_SUFFIX]
         if self.has_txnindex:
             sfx.append(TXNINDEX_SUFFIX)
         return [self.path(topic, partition, s) for s in sfx]
@@ -93,9 +97,10 @@ class MergedObject:
         """(key, bytes) of every object a built segment writes under this name: the log,
         its indexes, and its txnindex if it has one (none: no object, as Kafka leaves an
         empty one)."""
-        out = [(self.path(topic, partition), seg.log),
-               (self.path(topic, partition, INDEX_SUFFIX), seg.index),
-               (self.path(topic, partition, TIMEINDEX_SUFFIX), seg.timeindex)]
+        out = [(self.path(topic, partition), seg.log)]
+        if self.indexed:
+            out += [(self.path(topic, partition, INDEX_SUFFIX), seg.index),
+                    (self.path(topic, partition, TIMEINDEX_SUFFIX), seg.timeindex)]
         if seg.txnindex is not None:
             out.append((self.path(topic, partition, TXNINDEX_SUFFIX), seg.txnindex))
         return out
@@ -103,17 +108,22 @@ class MergedObject:
     def to_json(self) -> list[int]:
         row = [self.level, self.base_offset, self.end_offset, self.size,
                int(self.has_txnindex), self.max_timestamp]
+        if not self.indexed:  # an 8th field: a reader that predates it refuses the row
+            return [*row, self.gen, 0]
         return [*row, self.gen] if self.gen else row  # uncompacted rows keep their bytes
 
     @classmethod
     def from_json(cls, row: Any) -> MergedObject:
-        if len(row) not in (6, 7):
+        if len(row) not in (6, 7, 8):
             raise ValueError(f"bad merged object {row!r}")
         level, base, end, size, txn, max_ts = (int(v) for v in row[:6])
-        gen = int(row[6]) if len(row) == 7 else 0
+        gen = int(row[6]) if len(row) >= 7 else 0
+        indexed = len(row) < 8 or int(row[7]) != 0
         if not 0 <= level <= MAX_MERGE_LEVEL or not 0 <= base <= end or size < 0 or gen < 0:
             raise ValueError(f"bad merged object {row!r}")
-        return cls(level, base, end, size, bool(txn), max_ts, gen)
+        if not indexed and (level == 0 or gen):
+            raise ValueError(f"bad merged object {row!r}: a segment without indexes")
+        return cls(level, base, end, size, bool(txn), max_ts, gen, indexed)
 
 
 @dataclass(frozen=True)

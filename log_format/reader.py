@@ -267,8 +267,8 @@ class PartitionReader:
         if man is not None:
             for o in man.objects:
                 path = o.path(self.topic, self.partition)
-                segs.append(Segment(o.base_offset, o.size, path, o.end_offset, True, True,
-                                    merged=True))
+                segs.append(Segment(o.base_offset, o.size, path, o.end_offset, o.indexed,
+                                    o.indexed, merged=True))
                 if o.has_txnindex:
                     txn.append((o.base_offset, o.path(self.topic, self.partition,
                                                       TXNINDEX_SUFFIX)))

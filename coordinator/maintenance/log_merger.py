@@ -65,6 +65,7 @@ from .merge_policy import (
     io_parallelism,
     open_since,
     roll_ms,
+    unindexed_run,
 )
 from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
 
@@ -402,7 +403,8 @@ class LogMerger:
         else:  # the open segment's age is its first record's, as Kafka's roll counts it
             since_ms = pm.open_since_ms if pm.open_runs() else (first_small_ms or now)
         output = MergedObject(choice.level, built.base_offset, built.end_offset,
-                              built.size, built.has_txnindex, built.max_timestamp)
+                              built.size, built.has_txnindex, built.max_timestamp,
+                              indexed=not unindexed_run(choice.level, built.size))
         plan = MergePlan(topic, p, pm.seq + 1, tuple(inputs), output, since_ms, grace, now)
         await self.commits.commit([LogRecord("merge", plan.to_record())])
         faults.point("after_merge_plan")

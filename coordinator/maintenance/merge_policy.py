@@ -36,6 +36,24 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # what a .index entry can hold (int32)
 MAX_IO_PARALLEL = 32  # a merge's requests in flight at once when merging has fallen behind
+# A run of the open segment smaller than this is written without ``.index``/``.timeindex``.
+UNINDEXED_RUN_MAX_BYTES = 512 * 1024
+
+
+def unindexed_run(level: int, size: int) -> bool:
+    """Whether a merge's output at ``level`` of ``size`` bytes goes without indexes.
+
+    Over many partitions each partition's share of the writes is small, so its level-1
+    runs are too (~150 kB at 0.5 MB/s over 64 partitions), and a run written with its
+    ``.index`` and ``.timeindex`` beside it and a manifest was 4 objects, three quarters
+    of all the root gained (bench/write_cost.py). An index earns its PUT where it saves a
+    reader bytes: in a run this small a reader reads from the run's start (one GET of at
+    most this much, as it reads a small object), and finds a timestamp by scanning the
+    batch headers. Kafka's own segments keep theirs: a closed segment (level 0) is always
+    indexed, and so is any run this size or bigger (``index.interval.bytes`` is 4 kB, so
+    Kafka would hold 128 entries here). A Kafka broker given the directory rebuilds a
+    missing index when it loads the log, as it does after an unclean shutdown."""
+    return level >= 1 and size < UNINDEXED_RUN_MAX_BYTES
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,10 @@ def apply_merged(merges: dict[str, PartitionMerges], d: dict[str, Any]) -> None:
     man = pm.manifest_after(plan)
     due = int(d["ms"]) + max(plan.grace_ms, pm.grace_ms)
     small = [i.end_offset for i in plan.inputs if i.level == SMALL]
-    merged = [i.as_merged() for i in plan.inputs if i.level != SMALL]
+    # the manifest's own rows (they know which runs were written without indexes)
+    current = {(o.level, o.base_offset): o for o in pm.objects}
+    merged = [current.get((i.level, i.base_offset)) or i.as_merged()
+              for i in plan.inputs if i.level != SMALL]
     retire(pm, due, small, merged)
     pm.seq, pm.start_offset, pm.objects = plan.seq, man.start_offset, list(man.objects)
     pm.open_since_ms, pm.grace_ms, pm.planned = plan.open_since_ms, plan.grace_ms, None

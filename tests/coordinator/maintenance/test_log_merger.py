@@ -14,10 +14,12 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from kafka.record import MemoryRecords as KpMemoryRecords
 from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.coordinator.client.producer import TransactionalProducer
+from txnlog.coordinator.maintenance.merge_policy import UNINDEXED_RUN_MAX_BYTES
 from txnlog.log_format import layout
 from txnlog.log_format.codec.dump import dump_files
 from txnlog.log_format.codec.records import encode_batch, iter_batches
@@ -159,6 +161,57 @@ def test_merged_reads_equal_small_object_reads(every_root: str) -> None:
             out, err = io.StringIO(), io.StringIO()
             assert dump_files(files, out=out, err=err) == 0, err.getvalue()
             assert "baseOffset:" in out.getvalue() and "Dumping" in out.getvalue()
+
+
+def test_small_runs_go_without_indexes_and_read_as_indexed_ones(file_root: str) -> None:
+    """Runs of the open segment under ``UNINDEXED_RUN_MAX_BYTES`` are written without
+    ``.index``/``.timeindex`` (two objects per merge fewer); closed segments keep theirs.
+    A read from inside such a run, and a lookup by timestamp, give what they give over
+    the indexed log."""
+    storage = Storage.for_url(file_root)
+    with coordinator(file_root) as proc:
+        CoordinatorClient(proc.endpoint).create_topic("u", 1, {"segment.bytes": "6000"})
+        write(file_root, proc.endpoint, "u", 150)
+        hw = PartitionReader(storage, "u", 0).high_watermark()
+        man = wait_manifest(storage, "u", hw - 8)
+    runs = [o for o in man.objects if o.level > 0]
+    segments = [o for o in man.objects if o.level == 0]
+    assert runs and segments, man.objects
+
+    def exists(path: str) -> bool:
+        try:
+            storage.get(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    for o in runs:
+        assert not o.indexed and o.size < UNINDEXED_RUN_MAX_BYTES
+        assert exists(o.path("u", 0))
+        assert not exists(o.path("u", 0, layout.INDEX_SUFFIX))
+        assert not exists(o.path("u", 0, layout.TIMEINDEX_SUFFIX))
+    for o in segments:
+        assert o.indexed
+        assert exists(o.path("u", 0, layout.INDEX_SUFFIX))
+        assert exists(o.path("u", 0, layout.TIMEINDEX_SUFFIX))
+    for isolation in ("read_committed", "read_uncommitted"):
+        full = PartitionReader(storage, "u", 0, isolation_level=isolation).read_table()
+        offsets = full.column("offset").to_pylist()
+        for o in runs:
+            mid = (o.base_offset + o.end_offset) // 2
+            part = PartitionReader(storage, "u", 0, isolation_level=isolation
+                                   ).read_table(start=mid)
+            assert part.column("offset").to_pylist() == [x for x in offsets if x >= mid]
+    full = PartitionReader(storage, "u", 0, isolation_level="read_uncommitted").read_table()
+    stamps = full.column("timestamp").cast(pa.int64()).to_pylist()
+    offsets = full.column("offset").to_pylist()
+    unit = 1000 if full.schema.field("timestamp").type.unit == "us" else 1
+    for o in runs:
+        inside = [(off, ts // unit) for off, ts in zip(offsets, stamps, strict=True)
+                  if o.base_offset <= off < o.end_offset]
+        for _, ts in inside[:: max(1, len(inside) // 3)]:
+            want = min(off for off, t in zip(offsets, stamps, strict=True) if t // unit >= ts)
+            assert PartitionReader(storage, "u", 0).offset_for_timestamp(ts) == want
 
 
 def test_merged_away_objects_are_deleted_and_a_zombie_name_stays_invisible(

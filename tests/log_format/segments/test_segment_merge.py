@@ -9,10 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record import MemoryRecords as KpMemoryRecords
 from txnlog.coordinator.maintenance.merge_policy import (
+    UNINDEXED_RUN_MAX_BYTES,
     MergeSettings,
     SmallObject,
     choose_merge,
     roll_ms,
+    unindexed_run,
 )
 from txnlog.log_format.codec.control import ControlType, encode_control_batch
 from txnlog.log_format.codec.indexes import (
@@ -213,3 +215,22 @@ def test_indexes_equal_kafkas_batch_by_batch_build(batches: list[tuple[int, int,
     offsets, times = build_indexes(seg.log, 100, index_interval_bytes=interval)
     assert decode_offset_index(seg.index, 100) == offsets
     assert decode_time_index(seg.timeindex, 100) == times
+
+
+def test_only_small_runs_go_without_indexes_and_manifest_rows_say_so() -> None:
+    """A run under the bound has no index objects to write or delete; a closed segment and
+    a big run have both; a manifest row keeps the difference, and refuses an unindexed
+    closed segment (a reader would look for indexes that are not there)."""
+    assert unindexed_run(1, UNINDEXED_RUN_MAX_BYTES - 1)
+    assert not unindexed_run(1, UNINDEXED_RUN_MAX_BYTES)
+    assert not unindexed_run(0, 10)
+    small = MergedObject(1, 0, 5, 100, True, 7, indexed=False)
+    assert [p.rsplit(".", 1)[1] for p in small.paths("t", 0)] == ["log", "txnindex"]
+    assert MergedObject.from_json(small.to_json()) == small
+    big = MergedObject(2, 0, 5, UNINDEXED_RUN_MAX_BYTES, True, 7)
+    assert [p.rsplit(".", 1)[1] for p in big.paths("t", 0)] == [
+        "log", "index", "timeindex", "txnindex"]
+    assert big.to_json() == [2, 0, 5, UNINDEXED_RUN_MAX_BYTES, 1, 7]  # rows as before
+    assert MergedObject.from_json(big.to_json()) == big
+    with pytest.raises(ValueError, match="without indexes"):
+        MergedObject.from_json([0, 0, 5, 100, 0, 7, 0, 0])
