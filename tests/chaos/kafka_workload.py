@@ -202,6 +202,13 @@ class KafkaProducerWorker:
                     _serve(producer.poll, 0)
                 if i + 1 == half and (abort or rng.random() < 0.5):
                     _serve(producer.flush, self.args.api_timeout)  # data in the log before the end
+                    if abort:
+                        # aborted data sits in the log a while before its marker, as a
+                        # transaction that fails late does: the time in which read_committed
+                        # readers must skip it, else a read of it is never given a chance
+                        hold_until = time.monotonic() + rng.uniform(0.2, 1.0)
+                        while time.monotonic() < hold_until:
+                            _serve(producer.poll, 0.05)
             stage = "abort" if abort else "commit"
             self._end(producer, commit=not abort)
             self.hist.write(stage, txn=txn, outcome="ok", t0=t0)
