@@ -36,7 +36,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from kafka_client_guard import close_quietly
 from kafka_raw_client import RawKafkaConnection
 from txnlog import AdminClient as TxAdmin
@@ -86,31 +86,23 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     store = AccessStore(Storage.for_url(root))
     store.alter_credentials({("admin", m): ScramCredential.from_password(m, "admin-pw", 4096)
                              for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}, set())
-    coord = CoordinatorProc(root)
-    try:
-        coord.wait_healthy()
-        gw = GatewayProc(root, extra=["--sasl", "--super-users", SUPER])
-        try:
-            gw.wait_listening()
-            e = Env(root, coord, gw)
-            # the super user creates the others through Kafka's own API
-            ups = [UserScramCredentialUpsertion(
-                u, ScramCredentialInfo(m, 4096), PASSWORDS[u].encode())
-                for u in ("alice", "bob", "carol")
-                for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-            for f in e.admin.alter_user_scram_credentials(ups).values():
-                f.result(30)
-            for t in ("t-ok", "t-no", "t-none", "t-free"):
-                coord.client().create_topic(t, 1)
-            yield e
-            log = gw.log_text()
-            assert "Traceback" not in log, log[-4000:]
-            for secret in PASSWORDS.values():
-                assert secret not in log
-        finally:
-            gw.stop()
-    finally:
-        coord.stop()
+    with coordinator_and_gateway(root, extra=["--sasl", "--super-users", SUPER]) as (coord, gw):
+        gw.wait_listening()
+        e = Env(root, coord, gw)
+        # the super user creates the others through Kafka's own API
+        ups = [UserScramCredentialUpsertion(
+            u, ScramCredentialInfo(m, 4096), PASSWORDS[u].encode())
+            for u in ("alice", "bob", "carol")
+            for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
+        for f in e.admin.alter_user_scram_credentials(ups).values():
+            f.result(30)
+        for t in ("t-ok", "t-no", "t-none", "t-free"):
+            coord.client().create_topic(t, 1)
+        yield e
+        log = gw.log_text()
+        assert "Traceback" not in log, log[-4000:]
+        for secret in PASSWORDS.values():
+            assert secret not in log
 
 
 def _produce(conf: dict[str, Any], topic: str, n: int = 3) -> list[Any]:

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from kafka_raw_client import RawKafkaConnection
 from txnlog import AdminClient as TxAdmin
 from txnlog.coordinator.access.scram import ScramCredential
@@ -94,20 +94,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     AccessStore(Storage.for_url(root)).alter_credentials(
         {(u, m): ScramCredential.from_password(m, _pw(u), 4096)
          for u in USERS for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}, set())
-    coord = CoordinatorProc(root)
-    try:
-        coord.wait_healthy()
-        gw = GatewayProc(root, extra=["--sasl", "--super-users", "User:admin"])
-        try:
-            gw.wait_listening()
-            yield Env(root, coord, gw)
-            log = gw.log_text()
-            assert "Traceback" not in log, log[-4000:]
-            assert not any(_pw(u) in log for u in USERS)
-        finally:
-            gw.stop()
-    finally:
-        coord.stop()
+    with coordinator_and_gateway(root, extra=["--sasl", "--super-users", "User:admin"]
+                                 ) as (coord, gw):
+        gw.wait_listening()
+        yield Env(root, coord, gw)
+        log = gw.log_text()
+        assert "Traceback" not in log, log[-4000:]
+        assert not any(_pw(u) in log for u in USERS)
 
 
 def _raw(env: Env, user: str) -> RawKafkaConnection:
