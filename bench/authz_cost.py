@@ -129,51 +129,6 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-class _Raw:
-    """One connection sending kio-encoded requests one at a time."""
-
-    def __init__(self, port: int, user: str | None) -> None:
-        import socket
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.corr = 0
-        if user is not None:
-            from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-            from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-            self.send(17, 1, SaslHandshakeRequest(mechanism="PLAIN"))
-            ok = self.send(36, 2, SaslAuthenticateRequest(
-                auth_bytes=b"\0" + user.encode() + b"\0app-pw"))
-            assert ok.error_code == 0, ok
-
-    def send(self, api_key: int, version: int, body: Any) -> Any:
-        import io
-        import struct
-
-        from kio.index import load_response_schema
-        from kio.serial import entity_reader, entity_writer
-        self.corr += 1
-        buf = io.BytesIO()
-        hc = type(body).__header_schema__
-        entity_writer(hc)(buf, hc(request_api_key=api_key, request_api_version=version,
-                                  correlation_id=self.corr, client_id="bench"))
-        entity_writer(type(body))(buf, body)
-        data = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(data)) + data)
-        size = struct.unpack(">i", self._recv(4))[0]
-        frame = self._recv(size)
-        rc = load_response_schema(api_key, version)
-        _h, n = entity_reader(rc.__header_schema__)(frame, 0)
-        return entity_reader(rc)(frame, n)[0]
-
-    def _recv(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed")
-            out += chunk
-        return out
-
-
 def gateway_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     import statistics
     import sys
@@ -183,6 +138,7 @@ def gateway_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     from coordinator_proc import CoordinatorProc
     from gateway_proc import GatewayProc
+    from kafka_raw_client import RawKafkaConnection
     from kio.schema.list_offsets.v7 import request as lo
     from kio.schema.metadata.v12 import request as md
     from txnlog.coordinator.access.scram import ScramCredential
@@ -206,7 +162,9 @@ def gateway_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         coord.wait_healthy()
         coord.client().create_topic("orders", 1)
         with GatewayProc(root) as off, GatewayProc(root, extra=["--sasl"]) as on:
-            conns = {"off": _Raw(off.port or 0, None), "acls": _Raw(on.port or 0, "app")}
+            conns = {"off": RawKafkaConnection(off.port or 0, client_id="bench"),
+                     "acls": RawKafkaConnection(on.port or 0, "app", "app-pw",
+                                                client_id="bench")}
             for name, key, version, body in (("metadata", 3, 12, meta),
                                              ("list_offsets", 2, 7, offsets)):
                 for c in conns.values():  # warm both

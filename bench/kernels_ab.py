@@ -13,47 +13,23 @@ must exist.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 from txnlog.log_format.arrow import aot_kernels
 from txnlog.log_format.arrow.arrow_codec import decode_to_arrow, encode_arrow, scan_batches
-from txnlog.log_format.arrow.kernel_loading import kernels_of
-from txnlog.log_format.arrow.warmup import KERNEL_MODULES, warm_up
+from txnlog.log_format.arrow.kernel_loading import rebound
+from txnlog.log_format.arrow.warmup import warm_up
 from txnlog.log_format.codec.partitioner import partitions_for_keys
 
 
-@contextlib.contextmanager
-def kernels(mode: str) -> Iterator[None]:
-    module, why = aot_kernels.load()
-    if module is None:
-        raise SystemExit(f"no ahead-of-time module: {why}")
-    saved = []
-    for dotted in KERNEL_MODULES:
-        ns = vars(importlib.import_module(dotted))
-        saved.append((ns, dict(ns)))
-        for name, k in kernels_of(ns).items():
-            ns[name] = k.dispatcher()
-        if mode == "aot":
-            for name, k in kernels_of(ns).items():
-                if k.entry:
-                    ns[name] = aot_kernels.entry(module, f"{k.module}.{name}", _no_fallback)
-    try:
-        yield
-    finally:
-        for ns, before in saved:
-            ns.update(before)
-
-
-def _no_fallback(*args: object) -> None:
-    raise SystemExit("an ahead-of-time entry fell back to numba: argument types differ")
+def _no_fallback(name: str, *args: object) -> None:
+    raise SystemExit(f"the ahead-of-time entry {name} fell back to numba: argument types "
+                     "differ")
 
 
 def main() -> int:
@@ -62,6 +38,9 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     args = ap.parse_args()
     warm_up()
+    module, why = aot_kernels.load()
+    if module is None:
+        raise SystemExit(f"no ahead-of-time module: {why}")
     n = args.records
     rng = np.random.default_rng(1)
     keys = pa.array([bytes(x) for x in rng.integers(0, 256, (n, 16), dtype=np.uint8)])
@@ -86,12 +65,12 @@ def main() -> int:
     got: dict[tuple[str, str], list[float]] = {}
     load0 = os.getloadavg()[0]
     for mode in ("aot", "jit"):
-        with kernels(mode):
+        with rebound(mode, _no_fallback):
             for f in ops.values():
                 f()
     for r in range(args.rounds):
         for mode in (("aot", "jit") if r % 2 == 0 else ("jit", "aot")):
-            with kernels(mode):
+            with rebound(mode, _no_fallback):
                 for op, f in ops.items():
                     t = time.process_time()
                     f()

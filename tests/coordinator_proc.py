@@ -21,6 +21,16 @@ from txnlog.log_format import layout
 from txnlog.log_format.storage import Storage
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a process that must be started again on the
+    same port (a coordinator's ``--port`` across a kill, a Spark master's)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class ServerProcess:
     """A txnlog server process of a test (coordinator, gateway): its own session, its
     output in ``log_path``, stopped by its PID (SIGTERM, then SIGKILL after 30 s)."""

@@ -80,14 +80,16 @@ class GatewayProc(ServerProcess):
 
 
 @contextlib.contextmanager
-def coordinator_and_gateway(root: str) -> Iterator[tuple[CoordinatorProc, GatewayProc]]:
-    """A healthy coordinator process on ``root`` and a gateway process started beside it,
-    both stopped afterwards. The caller waits for the gateway (``wait_listening``) when it
-    needs it: a fixture seeding the root first overlaps that with the gateway's start."""
+def coordinator_and_gateway(root: str, *, extra: list[str] | None = None
+                            ) -> Iterator[tuple[CoordinatorProc, GatewayProc]]:
+    """A healthy coordinator process on ``root`` and a gateway process (``extra``: its
+    options) started beside it, both stopped afterwards. The caller waits for the gateway
+    (``wait_listening``) when it needs it: a fixture seeding the root first overlaps that
+    with the gateway's start."""
     coord = CoordinatorProc(root)
     try:
         coord.wait_healthy()
-        gateway = GatewayProc(root)
+        gateway = GatewayProc(root, extra=extra)
         try:
             yield coord, gateway
         finally:

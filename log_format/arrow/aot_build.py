@@ -35,13 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from . import aot_kernels
-from .kernel_loading import Kernel, kernels_of
+from .kernel_loading import KERNEL_MODULES, Kernel, kernels_of
 
 log = logging.getLogger("txnlog.kernels")
-
-KERNEL_MODULES = ("txnlog.log_format.arrow._decode_kernels",
-                  "txnlog.log_format.arrow._encode_kernels",
-                  "txnlog.log_format.codec.partitioner")
 
 
 def entries() -> list[Kernel]:

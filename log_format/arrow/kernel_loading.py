@@ -31,14 +31,20 @@ NumPy arrays and integers, so a cache hit skips both; a miss compiles as numba w
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 log = logging.getLogger("txnlog.kernels")
+
+KERNEL_MODULES = ("txnlog.log_format.arrow._decode_kernels",
+                  "txnlog.log_format.arrow._encode_kernels",
+                  "txnlog.log_format.codec.partitioner")
 
 MODE_ENV = "TXNLOG_KERNELS"  # "auto" (default): ahead-of-time when built, else numba; "jit"
 REGISTRY = "__txnlog_kernels__"  # a kernel module's own kernels and intrinsics, by name
@@ -138,11 +144,7 @@ def bind(namespace: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         if module is None:
             use_jit(namespace, reason)
             return namespace
-        for name, k in kernels_of(namespace).items():
-            if k.entry:
-                namespace[name] = aot_kernels.entry(
-                    module, f"{k.module}.{name}", functools.partial(_jit_call, namespace, name))
-        namespace[_BOUND] = "aot"
+        bind_as(namespace, "aot", module=module, fallback=functools.partial(_jit_call, namespace))
         return namespace
 
 
@@ -163,12 +165,67 @@ def use_jit(namespace: MutableMapping[str, Any], reason: str,
         if reason not in _said:
             _said.add(reason)
             log.log(level, "txnlog codec kernels run by numba's JIT (%s): %s", module, reason)
-        own = namespace.get(REGISTRY, {})
-        for name, value in [*own.items(), *namespace.items()]:
-            if isinstance(value, Kernel | Intrinsic):  # imported ones too (an intrinsic)
-                namespace[name] = value.dispatcher()
-        load_without_refresh(namespace)
-        namespace[_BOUND] = "jit"
+        bind_as(namespace, "jit")
+
+
+def bind_as(namespace: MutableMapping[str, Any], how: str, *, module: Any = None,
+            fallback: Callable[..., Any] | None = None) -> None:
+    """Bind a kernel module's kernels (``namespace``: its globals) to what runs them, the one
+    place that does (``bind``, ``use_jit`` and ``rebound``):
+
+    - ``"jit"``: every kernel and intrinsic to numba's dispatcher, imported ones too (a
+      kernel numba compiles resolves its callees and intrinsics in this namespace), loaded
+      from numba's cache without its whole set-up;
+    - ``"aot"``: the entries to ``module`` (compiled ahead of time); a call with argument
+      types it was not compiled for goes to ``fallback(name, *args)``. The other kernels stay
+      as they are: only kernels call them, and the module has them compiled in.
+    """
+    with _lock:
+        if how == "jit":
+            own = namespace.get(REGISTRY, {})
+            for name, value in [*own.items(), *namespace.items()]:
+                if isinstance(value, Kernel | Intrinsic):  # imported ones too (an intrinsic)
+                    namespace[name] = value.dispatcher()
+            load_without_refresh(namespace)
+        elif how == "aot":
+            if module is None or fallback is None:
+                raise ValueError("binding to the ahead-of-time module needs it and a fallback")
+            from . import aot_kernels
+
+            for name, k in kernels_of(namespace).items():
+                if k.entry:
+                    namespace[name] = aot_kernels.entry(module, f"{k.module}.{name}",
+                                                        functools.partial(fallback, name))
+        else:
+            raise ValueError(f"kernels are bound as 'aot' or 'jit', not {how!r}")
+        namespace[_BOUND] = how
+
+
+@contextlib.contextmanager
+def rebound(how: str, fallback: Callable[..., Any] | None = None) -> Iterator[None]:
+    """Every kernel module of this process (``KERNEL_MODULES``) bound ``how`` (``bind_as``)
+    for the block, and as it was after: for tests and benchmarks that run both forms of the
+    same kernels in one process. ``"aot"`` needs the module built (``warm_up()``)."""
+    module = None
+    if how == "aot":
+        from . import aot_kernels
+
+        module, why = aot_kernels.load()
+        if module is None:
+            raise RuntimeError(f"no ahead-of-time module: {why}")
+    saved = []
+    try:
+        for dotted in KERNEL_MODULES:
+            namespace = vars(importlib.import_module(dotted))
+            saved.append((namespace, dict(namespace)))
+            bind_as(namespace, how, module=module, fallback=fallback)
+        yield
+    finally:
+        with _lock:
+            for namespace, before in saved:
+                for name in namespace.keys() - before.keys():
+                    del namespace[name]
+                namespace.update(before)
 
 
 def bound_as(namespace: Mapping[str, Any]) -> str | None:

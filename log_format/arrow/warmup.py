@@ -40,11 +40,7 @@ from . import _decode_kernels, kernel_loading
 from .arrow_decode import decode_to_arrow
 from .arrow_encode import StreamEncoder, encode_arrow
 from .arrow_scan import AbortedFilter, as_u8, scan_batches
-from .kernel_loading import kernels_of
-
-KERNEL_MODULES = ("txnlog.log_format.arrow._decode_kernels",
-                  "txnlog.log_format.arrow._encode_kernels",
-                  "txnlog.log_format.codec.partitioner")
+from .kernel_loading import KERNEL_MODULES, kernels_of
 
 _HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 

@@ -11,13 +11,12 @@ exactly once, and a retried commit changes nothing.
 from __future__ import annotations
 
 import logging
-import socket
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from coordinator_proc import CoordinatorProc
+from coordinator_proc import CoordinatorProc, free_port
 from txnlog.log_format.layout import TRANSACTION_STATE_DIR
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import read_latest_stable
@@ -25,12 +24,6 @@ from txnlog.log_format.storage import Storage
 
 LINGER = ["--log-linger-ms", "600000"]  # lazy records wait for an eager append
 PARTS = 2
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _writer(root: str, endpoint: str) -> Any:
@@ -99,7 +92,7 @@ def test_a_coordinator_lost_mid_batch_the_driver_redoes_it(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = (tmp_path / "root").as_uri()
     st = Storage.for_url(root)
-    port = ["--port", str(_port())]
+    port = ["--port", str(free_port())]
     first = CoordinatorProc(root, extra=LINGER + port, log_path=tmp_path / "c1.log")
     first.wait_healthy()
     endpoint = first.endpoint

@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable
 
+from coordinator_proc import free_port  # noqa: F401 - the streaming tests take it from here
 from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.storage import Storage
 from txnlog.log_format.topics import read_topic
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def produce_keyed(root: str, coordinator: str, topic: str, *, keys: int, per_key: int,

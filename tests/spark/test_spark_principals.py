@@ -8,7 +8,10 @@ nothing of it becomes visible.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from coordinator_proc import CoordinatorProc
@@ -22,18 +25,28 @@ from tests.coordinator.server.test_coordinator_service import TOKEN, token_file
 pytestmark = pytest.mark.slow
 
 
+@contextlib.contextmanager
+def _principals_coordinator(root: str, tmp_path: Path, principal: str, token: bytes,
+                            acls: list[AclBinding]) -> Iterator[tuple[CoordinatorProc, Any]]:
+    """A coordinator with ``--principals`` on ``root`` where ``token`` is ``principal``'s
+    and ``acls`` are set, and a client of it as the super user (``TOKEN``)."""
+    store = AccessStore(Storage.for_url(root))
+    store.add_token(principal, token)
+    store.add_acls(acls)
+    with CoordinatorProc(root, extra=["--token-file", token_file(tmp_path),
+                                      "--principals"]) as coord:
+        yield coord, coord.client(credentials=Credentials(TOKEN))  # type: ignore[arg-type]
+
+
 def test_spark_batch_write_with_a_principal(spark, file_root: str, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TXNLOG_COORDINATOR_TOKEN", raising=False)
-    store = AccessStore(Storage.for_url(file_root))
-    store.add_token("User:spark", b"spark-principal-token")
-    store.add_acls([
+    acls = [
         AclBinding.new("TOPIC", "sp-out", "LITERAL", "User:spark", "*", "WRITE", "ALLOW"),
         AclBinding.new("TRANSACTIONAL_ID", "txnlog-write-", "PREFIXED", "User:spark", "*",
-                       "WRITE", "ALLOW")])
-    with CoordinatorProc(file_root, extra=["--token-file", token_file(tmp_path),
-                                           "--principals"]) as coord:
-        admin = coord.client(credentials=Credentials(TOKEN))  # type: ignore[arg-type]
+                       "WRITE", "ALLOW")]
+    with _principals_coordinator(file_root, tmp_path, "User:spark", b"spark-principal-token",
+                                 acls) as (_coord, admin):
         for t in ("sp-out", "sp-other"):
             admin.create_topic(t, 1)
         df = spark.createDataFrame([(b"k", b"v%d" % i) for i in range(10)],
@@ -66,19 +79,16 @@ def test_spark_stream_with_a_principal(spark, file_root: str, tmp_path: Path,
     from stream_helpers import check_exactly_once, end_offsets, produce_keyed, read_values
 
     secret = "stream-principal-token-4b7e"
-    store = AccessStore(Storage.for_url(file_root))
-    store.add_token("User:stream", secret.encode())
-    store.add_acls([
+    acls = [
         AclBinding.new("TOPIC", "st-in", "LITERAL", "User:stream", "*", "READ", "ALLOW"),
         AclBinding.new("GROUP", "st-g", "PREFIXED", "User:stream", "*", "READ", "ALLOW"),
         AclBinding.new("TOPIC", "st-out", "LITERAL", "User:stream", "*", "WRITE", "ALLOW"),
         AclBinding.new("TOPIC", "st-denied", "LITERAL", "User:stream", "*", "ALL", "ALLOW"),
         AclBinding.new("TOPIC", "st-denied", "LITERAL", "User:stream", "*", "WRITE", "DENY"),
         AclBinding.new("TRANSACTIONAL_ID", "txnlog-sink-", "PREFIXED", "User:stream", "*",
-                       "WRITE", "ALLOW")])
-    with CoordinatorProc(file_root, extra=["--token-file", token_file(tmp_path),
-                                           "--principals"]) as coord:
-        admin = coord.client(credentials=Credentials(TOKEN))  # type: ignore[arg-type]
+                       "WRITE", "ALLOW")]
+    with _principals_coordinator(file_root, tmp_path, "User:stream", secret.encode(),
+                                 acls) as (coord, admin):
         for t, n in (("st-in", 3), ("st-out", 1), ("st-denied", 1)):
             admin.create_topic(t, n)
         monkeypatch.setenv("TXNLOG_COORDINATOR_TOKEN", TOKEN)  # the input: the super user's

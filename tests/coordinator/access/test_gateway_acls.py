@@ -36,8 +36,9 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
 from kafka_client_guard import close_quietly
+from kafka_raw_client import RawKafkaConnection
 from txnlog import AdminClient as TxAdmin
 from txnlog.coordinator.access.scram import ScramCredential
 from txnlog.coordinator.access.store import AccessStore
@@ -85,31 +86,23 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     store = AccessStore(Storage.for_url(root))
     store.alter_credentials({("admin", m): ScramCredential.from_password(m, "admin-pw", 4096)
                              for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}, set())
-    coord = CoordinatorProc(root)
-    try:
-        coord.wait_healthy()
-        gw = GatewayProc(root, extra=["--sasl", "--super-users", SUPER])
-        try:
-            gw.wait_listening()
-            e = Env(root, coord, gw)
-            # the super user creates the others through Kafka's own API
-            ups = [UserScramCredentialUpsertion(
-                u, ScramCredentialInfo(m, 4096), PASSWORDS[u].encode())
-                for u in ("alice", "bob", "carol")
-                for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
-            for f in e.admin.alter_user_scram_credentials(ups).values():
-                f.result(30)
-            for t in ("t-ok", "t-no", "t-none", "t-free"):
-                coord.client().create_topic(t, 1)
-            yield e
-            log = gw.log_text()
-            assert "Traceback" not in log, log[-4000:]
-            for secret in PASSWORDS.values():
-                assert secret not in log
-        finally:
-            gw.stop()
-    finally:
-        coord.stop()
+    with coordinator_and_gateway(root, extra=["--sasl", "--super-users", SUPER]) as (coord, gw):
+        gw.wait_listening()
+        e = Env(root, coord, gw)
+        # the super user creates the others through Kafka's own API
+        ups = [UserScramCredentialUpsertion(
+            u, ScramCredentialInfo(m, 4096), PASSWORDS[u].encode())
+            for u in ("alice", "bob", "carol")
+            for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
+        for f in e.admin.alter_user_scram_credentials(ups).values():
+            f.result(30)
+        for t in ("t-ok", "t-no", "t-none", "t-free"):
+            coord.client().create_topic(t, 1)
+        yield e
+        log = gw.log_text()
+        assert "Traceback" not in log, log[-4000:]
+        for secret in PASSWORDS.values():
+            assert secret not in log
 
 
 def _produce(conf: dict[str, Any], topic: str, n: int = 3) -> list[Any]:
@@ -461,7 +454,7 @@ def test_fuzz_sasl_tokens(env: Env) -> None:
     @given(st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
            st.lists(token, min_size=1, max_size=2))
     def one(mechanism: str, tokens: list[bytes]) -> None:
-        conn = RawConn(env.gw.port or 0, authenticate=False)
+        conn = RawKafkaConnection(env.gw.port or 0, client_id="fz")
         assert conn.send(17, 1, SaslHandshakeRequest(mechanism=mechanism)).error_code == 0
         for t in tokens:
             r = conn.send(36, 2, SaslAuthenticateRequest(auth_bytes=t))
@@ -477,51 +470,6 @@ def test_fuzz_sasl_tokens(env: Env) -> None:
 
 
 # ---- fuzz (last in this module: what it creates stays in the root) ------------------------
-class RawConn:
-    """One authenticated connection sending kio-encoded requests (SASL PLAIN as admin)."""
-
-    def __init__(self, port: int, authenticate: bool = True) -> None:
-        import socket
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        self.corr = 0
-        if not authenticate:
-            return
-        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-        assert self.send(17, 1, SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
-        auth = self.send(36, 2, SaslAuthenticateRequest(auth_bytes=b"\0admin\0admin-pw"))
-        assert auth.error_code == 0
-
-    def send(self, api_key: int, version: int, body: Any) -> Any:
-        import io
-        import struct
-
-        from kio.index import load_response_schema
-        from kio.serial import entity_reader, entity_writer
-        self.corr += 1
-        buf = io.BytesIO()
-        header_cls = type(body).__header_schema__
-        entity_writer(header_cls)(buf, header_cls(request_api_key=api_key,
-                                                  request_api_version=version,
-                                                  correlation_id=self.corr, client_id="fz"))
-        entity_writer(type(body))(buf, body)
-        data = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(data)) + data)
-        size = struct.unpack(">i", self._recv(4))[0]
-        frame = self._recv(size)
-        resp_cls = load_response_schema(api_key, version)
-        _h, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
-        return entity_reader(resp_cls)(frame, n)[0]
-
-    def _recv(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the gateway closed the connection"
-            out += chunk
-        return out
-
-
 def test_fuzz_acl_and_credential_apis(env: Env) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -532,7 +480,7 @@ def test_fuzz_acl_and_credential_apis(env: Env) -> None:
     from kio.schema.describe_user_scram_credentials.v0 import request as dsu
     from kio.static.primitive import i8, i32
 
-    conn = RawConn(env.gw.port or 0)
+    conn = RawKafkaConnection(env.gw.port or 0, "admin", "admin-pw", client_id="fz")
     i8s = st.integers(-128, 127).map(i8)
     small = st.one_of(st.integers(0, 8).map(i8), i8s)
     text = st.text(max_size=40)

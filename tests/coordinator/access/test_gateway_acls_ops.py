@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import io
-import socket
-import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +30,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from coordinator_proc import CoordinatorProc
-from gateway_proc import GatewayProc
+from gateway_proc import GatewayProc, coordinator_and_gateway
+from kafka_raw_client import RawKafkaConnection
 from txnlog import AdminClient as TxAdmin
 from txnlog.coordinator.access.scram import ScramCredential
 from txnlog.coordinator.access.store import AccessStore
@@ -96,20 +94,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     AccessStore(Storage.for_url(root)).alter_credentials(
         {(u, m): ScramCredential.from_password(m, _pw(u), 4096)
          for u in USERS for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")}, set())
-    coord = CoordinatorProc(root)
-    try:
-        coord.wait_healthy()
-        gw = GatewayProc(root, extra=["--sasl", "--super-users", "User:admin"])
-        try:
-            gw.wait_listening()
-            yield Env(root, coord, gw)
-            log = gw.log_text()
-            assert "Traceback" not in log, log[-4000:]
-            assert not any(_pw(u) in log for u in USERS)
-        finally:
-            gw.stop()
-    finally:
-        coord.stop()
+    with coordinator_and_gateway(root, extra=["--sasl", "--super-users", "User:admin"]
+                                 ) as (coord, gw):
+        gw.wait_listening()
+        yield Env(root, coord, gw)
+        log = gw.log_text()
+        assert "Traceback" not in log, log[-4000:]
+        assert not any(_pw(u) in log for u in USERS)
+
+
+def _raw(env: Env, user: str) -> RawKafkaConnection:
+    """A raw connection authenticated with SASL PLAIN as ``user``."""
+    return RawKafkaConnection(env.gw.port or 0, user, _pw(user))
 
 
 def _code(fut: Any) -> int | None:
@@ -118,47 +114,6 @@ def _code(fut: Any) -> int | None:
         return None
     except KafkaException as exc:
         return exc.args[0].code()
-
-
-class Raw:
-    """One connection authenticated with SASL PLAIN, sending kio-encoded requests."""
-
-    def __init__(self, env: Env, user: str) -> None:
-        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
-        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-        self.sock = socket.create_connection(("127.0.0.1", env.gw.port or 0), timeout=60)
-        self.corr = 0
-        assert self.send(17, 1, SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
-        token = f"\0{user}\0{_pw(user)}".encode()
-        assert self.send(36, 2, SaslAuthenticateRequest(auth_bytes=token)).error_code == 0
-
-    def send(self, api_key: int, version: int, body: Any) -> Any:
-        from kio.index import load_response_schema
-        from kio.serial import entity_reader, entity_writer
-        self.corr += 1
-        buf = io.BytesIO()
-        header_cls = type(body).__header_schema__
-        entity_writer(header_cls)(buf, header_cls(request_api_key=api_key,
-                                                  request_api_version=version,
-                                                  correlation_id=self.corr, client_id="raw"))
-        entity_writer(type(body))(buf, body)
-        data = buf.getvalue()
-        self.sock.sendall(struct.pack(">i", len(data)) + data)
-        frame = self._recv(struct.unpack(">i", self._recv(4))[0])
-        resp_cls = load_response_schema(api_key, version)
-        _h, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
-        return entity_reader(resp_cls)(frame, n)[0]
-
-    def _recv(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the gateway closed the connection"
-            out += chunk
-        return out
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 # ---- topic configs: DESCRIBE_CONFIGS, ALTER_CONFIGS ---------------------------------------
@@ -288,11 +243,8 @@ def test_idempotent_producer_needs_idempotent_write_or_write_on_a_topic(env: Env
                                  transaction_timeout=datetime.timedelta(seconds=60),
                                  producer_id=i64(-1), producer_epoch=i16(-1))
     for user, want in (("idem-cluster", 0), ("idem-topic", 0), ("idem-none", C31)):
-        raw = Raw(env, user)
-        try:
+        with _raw(env, user) as raw:
             r = raw.send(22, 4, body)
-        finally:
-            raw.close()
         assert r.error_code == want, (user, r.error_code)
         assert (r.producer_id >= 0) == (want == 0), user
     # kafka-python's idempotent producer (librdkafka leaves a pending Python exception
@@ -329,11 +281,8 @@ def _produce_raw(env: Env, user: str, topic: str) -> int:
                              topic_data=(pr.TopicProduceData(name=topic, partition_data=(
                                  pr.PartitionProduceData(index=i32(0),
                                                          records=bytes(b.build())),)),))
-    raw = Raw(env, user)
-    try:
+    with _raw(env, user) as raw:
         return int(raw.send(0, 9, body).responses[0].partition_responses[0].error_code)
-    finally:
-        raw.close()
 
 
 def _metadata_raw(env: Env, user: str, topic: str, version: int = 12) -> Any:
@@ -348,11 +297,8 @@ def _metadata_raw(env: Env, user: str, topic: str, version: int = 12) -> Any:
         fields["include_topic_authorized_operations"] = True
     if 8 <= version <= 10:
         fields["include_cluster_authorized_operations"] = True
-    raw = Raw(env, user)
-    try:
+    with _raw(env, user) as raw:
         return raw.send(3, version, cls(**fields))
-    finally:
-        raw.close()
 
 
 def test_auto_creation_needs_create(env: Env) -> None:

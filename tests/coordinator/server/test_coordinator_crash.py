@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from coordinator_proc import CoordinatorProc
@@ -28,6 +29,22 @@ from txnlog.log_format.storage import Storage
 from tests.coordinator.server.test_coordinator_protocol import check_partition, write
 
 PARTS = 3
+
+
+def crashing_coordinator(tmp_path: Path, fault: str, *, extra: list[str] | None = None,
+                         **init: Any) -> tuple[str, Storage, CoordinatorProc,
+                                               CoordinatorClient, tuple[int, int]]:
+    """A coordinator on a fresh root (``tmp_path/root``, its log ``c1.log``) that SIGKILLs
+    itself at ``fault``, with topic t created and producer ``tx`` initialised (``init``:
+    ``init_producer_id``'s options). Its client retries for 0.5 s only, so the crash reaches
+    the test as an error. Returns the root, its storage, the process, the client and
+    (producer id, epoch)."""
+    root = (tmp_path / "root").as_uri()
+    proc = CoordinatorProc(root, faults=fault, log_path=tmp_path / "c1.log", extra=extra)
+    proc.wait_healthy()
+    c = proc.client(retry_for=0.5)
+    c.create_topic("t", PARTS)
+    return root, Storage.for_url(root), proc, c, c.init_producer_id("tx", **init)
 
 
 def run_txn(c: CoordinatorClient, st: Storage, tid: str, pid: int, ep: int, tag: str
@@ -68,14 +85,8 @@ CASES = ["before_prepare", "after_prepare", "after_marker:1",
 
 @pytest.mark.parametrize("fault", CASES)
 def test_crash_during_commit(fault: str, tmp_path: Path) -> None:
-    root = (tmp_path / "root").as_uri()
-    st = Storage.for_url(root)
     extra = ["--snapshot-every-records", "8"] if fault == "mid_snapshot" else []
-    proc = CoordinatorProc(root, faults=fault, log_path=tmp_path / "c1.log", extra=extra)
-    proc.wait_healthy()
-    c = proc.client(retry_for=0.5)
-    c.create_topic("t", PARTS)
-    pid, ep = c.init_producer_id("tx")
+    root, st, proc, c, (pid, ep) = crashing_coordinator(tmp_path, fault, extra=extra)
     first = run_txn(c, st, "tx", pid, ep, "one")
     with pytest.raises((CoordinatorUnavailableError, errors.NotCoordinatorError)):
         c.end_txn("tx", pid, ep, True)
@@ -111,13 +122,7 @@ def test_crash_during_commit(fault: str, tmp_path: Path) -> None:
 
 
 def test_crash_after_reserve_retry_gets_same_offsets(tmp_path: Path) -> None:
-    root = (tmp_path / "root").as_uri()
-    st = Storage.for_url(root)
-    proc = CoordinatorProc(root, faults="after_reserve", log_path=tmp_path / "c1.log")
-    proc.wait_healthy()
-    c = proc.client(retry_for=0.5)
-    c.create_topic("t", PARTS)
-    pid, ep = c.init_producer_id("tx")
+    root, st, proc, c, (pid, ep) = crashing_coordinator(tmp_path, "after_reserve")
     with pytest.raises(CoordinatorUnavailableError):
         c.reserve(pid, ep, {("t", p): (0, 2) for p in range(PARTS)})
     proc.wait(30)
@@ -137,13 +142,7 @@ def test_crash_before_confirm_the_retried_confirm_commits_once(tmp_path: Path) -
     """The coordinator dies mid-flush: the writer's object is on storage, its reservation
     durable, its confirm lost. The same confirm sent to the next coordinator makes the
     records part of the transaction, once; a second retry changes nothing."""
-    root = (tmp_path / "root").as_uri()
-    st = Storage.for_url(root)
-    proc = CoordinatorProc(root, faults="before_confirm", log_path=tmp_path / "c1.log")
-    proc.wait_healthy()
-    c = proc.client(retry_for=0.5)
-    c.create_topic("t", PARTS)
-    pid, ep = c.init_producer_id("tx")
+    root, st, proc, c, (pid, ep) = crashing_coordinator(tmp_path, "before_confirm")
     res = c.reserve(pid, ep, {("t", p): (0, 1) for p in range(PARTS)})
     for (t, p), base in res.items():
         assert write(st, t, p, base, pid, ep, [f"one-{p}"])
@@ -164,13 +163,8 @@ def test_crash_before_confirm_the_retried_confirm_commits_once(tmp_path: Path) -
 
 def test_crash_before_prepare_then_timeout_aborts(tmp_path: Path) -> None:
     """A driver that never retries: the transaction times out and is aborted everywhere."""
-    root = (tmp_path / "root").as_uri()
-    st = Storage.for_url(root)
-    proc = CoordinatorProc(root, faults="before_prepare", log_path=tmp_path / "c1.log")
-    proc.wait_healthy()
-    c = proc.client(retry_for=0.5)
-    c.create_topic("t", PARTS)
-    pid, ep = c.init_producer_id("tx", transaction_timeout_ms=500)
+    root, st, proc, c, (pid, ep) = crashing_coordinator(tmp_path, "before_prepare",
+                                                        transaction_timeout_ms=500)
     run_txn(c, st, "tx", pid, ep, "one")
     with pytest.raises(CoordinatorUnavailableError):
         c.end_txn("tx", pid, ep, True)

@@ -13,16 +13,13 @@ session's ``warm_up()`` (conftest) builds the module from the kernels' source; h
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +36,7 @@ from txnlog.log_format.arrow.arrow_codec import (
     scan_batches,
 )
 from txnlog.log_format.arrow.arrow_encode import StreamEncoder
-from txnlog.log_format.arrow.kernel_loading import Intrinsic, kernels_of
-from txnlog.log_format.arrow.warmup import KERNEL_MODULES
+from txnlog.log_format.arrow.kernel_loading import rebound
 from txnlog.log_format.codec.partitioner import partitions_for_keys
 
 REPO = Path(__file__).resolve().parents[3]
@@ -208,35 +204,8 @@ def test_other_argument_types_run_numba(built: Path) -> None:
 # ------------------------------------------------------------- the same bytes, both ways
 
 
-@contextlib.contextmanager
-def _kernels(mode: str) -> Iterator[None]:
-    """Bind this process's kernel modules to the module compiled ahead of time (entries
-    that must not fall back) or to numba's dispatchers, restoring them after."""
-    module, why = aot_kernels.load()
-    assert module is not None, why
-    saved = []
-    for dotted in KERNEL_MODULES:
-        ns = vars(importlib.import_module(dotted))
-        saved.append((ns, dict(ns)))
-        for name, k in kernels_of(ns).items():
-            ns[name] = k.dispatcher()  # callees too: numba resolves them in this namespace
-        for name, value in list(ns.items()):  # and intrinsics, imported ones too (use_jit)
-            if isinstance(value, Intrinsic):
-                ns[name] = value.dispatcher()
-        if mode == "aot":
-            for name, k in kernels_of(ns).items():
-                if k.entry:
-                    ns[name] = aot_kernels.entry(module, f"{k.module}.{name}",
-                                                 _must_not_fall_back)
-    try:
-        yield
-    finally:
-        for ns, before in saved:
-            ns.update(before)
-
-
-def _must_not_fall_back(*args: Any) -> Any:
-    raise AssertionError("an ahead-of-time entry fell back to numba")
+def _must_not_fall_back(name: str, *args: Any) -> Any:
+    raise AssertionError(f"the ahead-of-time entry {name} fell back to numba")
 
 
 record = st.tuples(
@@ -250,9 +219,9 @@ HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())
 
 
 def _both(fn: Any) -> tuple[Any, Any]:
-    with _kernels("aot"):
+    with rebound("aot", _must_not_fall_back):  # entries that must not fall back
         a = fn()
-    with _kernels("jit"):
+    with rebound("jit"):
         j = fn()
     return a, j
 
