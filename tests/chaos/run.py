@@ -36,6 +36,7 @@ if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
 from coordinator_proc import CoordinatorProc  # noqa: E402
+from rgw_server import RgwServer  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 from txnlog.coordinator.client.coordinator_client import CoordinatorClient  # noqa: E402
 from txnlog.coordinator.errors import InvalidProducerIdMappingError  # noqa: E402
@@ -62,6 +63,10 @@ FILE_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-fau
 S3_FAULTS = ("none", "coordinator-kill", "coordinator-pause", "coordinator-faultpoints",
              "zombie", "two-coordinators", "client-kill", "writer-kill-mid-flush", "s3-pause",
              "s3-restart", "s3-proxy", "merge-worker", "mixed", *SPARK_FAULTS, *GATEWAY_FAULTS)
+# Ceph RGW (tests/rgw_server.py), the second S3 implementation, where deletes, listings and
+# conditional writes matter: the S3 classes but those that stop or restart SeaweedFS's own
+# process (s3-pause, s3-restart); s3-proxy's faults stand in front of either
+RGW_FAULTS = tuple(f for f in S3_FAULTS if f not in ("s3-pause", "s3-restart"))
 # writer-kill-mid-flush: per flush, the chance a producer dies between put and confirm
 KILL_AFTER_PUT_P = 0.04
 MIXABLE = ("coordinator-kill", "coordinator-pause", "coordinator-faultpoints", "zombie",
@@ -251,7 +256,7 @@ class Scenario:
     """One fault class on one backend; every process it starts is stopped in `cleanup`."""
 
     def __init__(self, fault: str, backend: str, profile: Profile, out: Path, seed: int,
-                 s3: S3Server | None = None, unsafe: str = "", retention: bool = False,
+                 s3: S3Server | RgwServer | None = None, unsafe: str = "", retention: bool = False,
                  acls: bool = False) -> None:
         self.fault = fault
         self.retention = retention  # retention.bytes + DeleteRecords (chaos/retention.py)
@@ -507,9 +512,11 @@ class Scenario:
         if kind == "disk-full":
             return self.mount is not None
         if kind == "merge-worker":
+            return self.backend != "file"
+        if kind == "s3-proxy":
+            return self.proxy is not None
+        if kind.startswith("s3-"):  # they signal SeaweedFS's process
             return self.backend == "s3"
-        if kind.startswith("s3-"):
-            return self.backend == "s3" and (kind != "s3-proxy" or self.proxy is not None)
         return True
 
     def supervise(self) -> None:
@@ -815,7 +822,7 @@ class Scenario:
         self.supervise()
 
     def f_s3_pause(self) -> None:
-        assert self.s3 is not None
+        assert isinstance(self.s3, S3Server)
         self.note("s3-pause")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.s3.process.pid, signal.SIGSTOP)
@@ -827,7 +834,7 @@ class Scenario:
             self.note("s3-resume")
 
     def f_s3_restart(self) -> None:
-        assert self.s3 is not None
+        assert isinstance(self.s3, S3Server)
         self.note("s3-kill")
         restart_s3(self.s3, down_s=self.rng.uniform(0.2, 2.0))
         self.note("s3-restarted")
@@ -978,7 +985,7 @@ class Scenario:
         for c in self.coords:
             if c.proc.poll() is None:
                 _signal(c.pid, signal.SIGCONT)
-        if self.s3 is not None:
+        if isinstance(self.s3, S3Server):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.s3.process.pid, signal.SIGCONT)
         if self.proxy_endpoint is not None:
@@ -1199,7 +1206,7 @@ class Scenario:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proxy.pid, signal.SIGKILL)
             self.proxy.wait(10)
-        if self.s3 is not None:
+        if isinstance(self.s3, S3Server):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.s3.process.pid, signal.SIGCONT)
         if self.mount is not None:
@@ -1258,13 +1265,18 @@ def _run_backends(faults: list[str], backends: list[str], profile: Profile, out:
                   acls: bool) -> list[Outcome]:
     results: list[Outcome] = []
     for backend in backends:
-        s3: S3Server | None = None
+        s3: S3Server | RgwServer | None = None
         try:
             if backend == "s3":
                 s3 = S3Server.start(Path(tempfile.mkdtemp(prefix="txnlog-chaos-weed-")))
+            elif backend == "rgw":
+                s3 = RgwServer.start(Path(tempfile.mkdtemp(prefix="txnlog-chaos-rgw-")))
+            elif backend != "file":
+                raise ValueError(f"unknown backend {backend!r}: file, s3 or rgw")
+            if s3 is not None:
                 s3.create_bucket(BUCKET)
                 os.environ.update(s3.env())
-            allowed = FILE_FAULTS if backend == "file" else S3_FAULTS
+            allowed = {"file": FILE_FAULTS, "s3": S3_FAULTS, "rgw": RGW_FAULTS}[backend]
             for fault in faults:
                 if fault not in allowed:
                     continue
@@ -1317,7 +1329,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", choices=sorted(PROFILES), default="short")
     ap.add_argument("--long", action="store_true", help="same as --profile long")
-    ap.add_argument("--backend", default="file", help="file, s3 or file,s3")
+    ap.add_argument("--backend", default="file",
+                    help="file, s3 (SeaweedFS), rgw (Ceph RGW), or several: file,s3")
     ap.add_argument("--faults", default="all",
                     help=f"comma-separated, or 'all': {', '.join((*S3_FAULTS, 'disk-full'))}")
     ap.add_argument("--out", type=Path, default=None)

@@ -22,6 +22,8 @@ SLOW_FILE = ["none", "coordinator-pause", "client-kill"]
 DEFAULT_S3 = ["s3-proxy", "s3-restart"]
 SLOW_S3 = ["coordinator-kill", "s3-pause", "zombie", "mixed"]
 SPARK = ["spark-worker-kill", "spark-driver-kill", "spark-driver-pause"]
+# on Ceph RGW: the classes whose objects are deleted and names freed under the workload
+RGW = ["zombie", "merge-worker", "two-coordinators"]
 
 
 def _check(fault: str, backend: str, tmp_path: Path, acls: bool = False) -> None:
@@ -81,6 +83,15 @@ def test_chaos_s3(fault: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("fault", RGW)
+def test_chaos_rgw(fault: str, tmp_path: Path) -> None:
+    """The second S3 implementation (its own cluster, as the long runs use): deletes of
+    merged-away objects, listings from the merged end and put-if-absent into freed names
+    under the fault."""
+    _check(fault, "rgw", tmp_path)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["file", "s3"])
 @pytest.mark.parametrize("fault", SPARK)
 def test_chaos_spark(fault: str, backend: str, tmp_path: Path) -> None:
@@ -88,7 +99,8 @@ def test_chaos_spark(fault: str, backend: str, tmp_path: Path) -> None:
 
 
 def test_scenario_classes_are_known() -> None:
-    from .run import FILE_FAULTS, S3_FAULTS
+    from .run import FILE_FAULTS, RGW_FAULTS, S3_FAULTS
 
     assert set(DEFAULT_FILE + SLOW_FILE + SPARK) <= set(FILE_FAULTS)
     assert set(DEFAULT_S3 + SLOW_S3 + SPARK) <= set(S3_FAULTS)
+    assert set(RGW) <= set(RGW_FAULTS)
