@@ -114,3 +114,44 @@ def test_a_coordinator_lost_mid_batch_the_driver_redoes_it(
         writer.commit(_tasks(writer, client, "q", 2), 2)
         assert _committed(st) == sorted(_expected(1) + _expected(2))
         assert second.client().describe_txn("q")["state"] == "CompleteCommit"
+
+
+@pytest.mark.parametrize("first_call", ["confirms", "group_offsets"])
+def test_a_coordinator_lost_before_any_of_the_commits_calls_the_driver_redoes_it(
+        first_call: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The driver's first call after the loss may come before its EndTxn: the confirms of
+    a micro-batch with more runs than one EndTxn carries (``RUNS_IN_END_TXN``, here 1), or
+    the source's group offsets (AddOffsetsToTxn, a txnlog source with a ``groupId``). The
+    new coordinator never heard of the batch's members: the batch is redone either way,
+    the group's offsets committed with it."""
+    from txnlog.datasource.stream_offsets import GroupOffsets
+    from txnlog.datasource.write import commit_messages
+
+    if first_call == "confirms":
+        monkeypatch.setattr(commit_messages, "RUNS_IN_END_TXN", 1)
+    root = (tmp_path / "root").as_uri()
+    st = Storage.for_url(root)
+    port = ["--port", str(free_port())]
+    first = CoordinatorProc(root, extra=LINGER + port, log_path=tmp_path / "c1.log")
+    first.wait_healthy()
+    first.client().create_topic("s", PARTS)
+    writer = _writer(root, first.endpoint)
+    if first_call == "group_offsets":
+        monkeypatch.setattr(writer, "_group_offsets", lambda batch_id: [
+            GroupOffsets("g", root, {("src", 0): 10 * batch_id})])
+    client = writer._client()
+    client.begin_batch("q", 0)
+    msgs = _tasks(writer, client, "q", 1)
+    assert sum(len(m.task.runs) for m in msgs) > 1
+    first.kill()
+    with CoordinatorProc(root, extra=LINGER + port, log_path=tmp_path / "c2.log") as second:
+        with caplog.at_level(logging.WARNING, logger="txnlog"):
+            writer.commit(msgs, 1)
+        assert "redoing it" in caplog.text
+        assert _committed(st) == _expected(1)
+        writer.commit(_tasks(writer, client, "q", 2), 2)
+        assert _committed(st) == sorted(_expected(1) + _expected(2))
+        assert second.client().describe_txn("q")["state"] == "CompleteCommit"
+        if first_call == "group_offsets":
+            assert second.client().committed_offsets("g") == {("src", 0): 20}
