@@ -60,6 +60,11 @@ class ManifestError(TxnlogError, ValueError):
     """A manifest that cannot be parsed or is inconsistent (gaps, overlaps, wrong range)."""
 
 
+# A run of the open segment smaller than this is written without ``.index``/``.timeindex``
+# (the coordinator's ``merge_policy.unindexed_run`` says why); a reader reads one whole
+UNINDEXED_RUN_MAX_BYTES = 512 * 1024
+
+
 @dataclass(frozen=True)
 class MergedObject:
     """One merged object: offsets ``[base_offset, end_offset)`` at ``level`` (0: a closed

@@ -54,7 +54,12 @@ from .layout import (
     partition_dir,
     validate_partition,
 )
-from .manifest import MIN_GRACE_MS, PartitionManifest, read_latest_manifest
+from .manifest import (
+    MIN_GRACE_MS,
+    UNINDEXED_RUN_MAX_BYTES,
+    PartitionManifest,
+    read_latest_manifest,
+)
 from .planted_bugs import enabled as planted_bug_enabled
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
@@ -409,7 +414,8 @@ class PartitionReader:
         micro-batch instead of spending a whole trigger (and a sink transaction) on it.
         It must be cheap: it walks the partition's objects back from ``end`` reading batch
         headers only, at most ``max_objects`` GETs of at most ``max_bytes`` in all (an
-        indexed object too big for that is read from its last index entry below ``end``;
+        indexed object too big for that is read from its last index entry below ``end``,
+        a run written without indexes whole, below ``UNINDEXED_RUN_MAX_BYTES``;
         under read_committed a transactional batch also needs the ``.txnindex`` objects
         from its object on, as a read does), and stops at the first visible batch.
         Whatever it does not look at counts as data, so the answer may be above the true
@@ -438,7 +444,11 @@ class PartitionReader:
                 break
             pos = 0
             try:
-                if seg.size > max_bytes - fetched:
+                if seg.size > max_bytes - fetched and not (
+                        seg.merged and not seg.has_index
+                        and seg.size < UNINDEXED_RUN_MAX_BYTES):
+                    # (a run written without indexes is read whole: at most that bound,
+                    # as an index's GET and the bytes after its last entry would cost)
                     if not seg.has_index:
                         break
                     objects += 1

@@ -29,15 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from txnlog.log_format.manifest import MergedObject
+from txnlog.log_format.manifest import UNINDEXED_RUN_MAX_BYTES, MergedObject
 
 # Kafka's defaults (LogConfig): segment.bytes 1 GiB, segment.ms 7 days.
 DEFAULT_SEGMENT_BYTES = 1 << 30
 DEFAULT_SEGMENT_MS = 7 * 24 * 3600 * 1000
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF  # what a .index entry can hold (int32)
 MAX_IO_PARALLEL = 32  # a merge's requests in flight at once when merging has fallen behind
-# A run of the open segment smaller than this is written without ``.index``/``.timeindex``.
-UNINDEXED_RUN_MAX_BYTES = 512 * 1024
 
 
 def unindexed_run(level: int, size: int) -> bool:

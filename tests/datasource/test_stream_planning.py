@@ -260,3 +260,44 @@ def test_visible_end_reads_a_big_object_from_its_last_index_entry(file_root: str
     assert unc.visible_end(0, 505, max_bytes=size // 4) == 503
     # too little room even from the last index entry: nothing verified, nothing joins
     assert reader.visible_end(0, 505, max_bytes=16) == 505
+
+
+def test_visible_end_reads_an_unindexed_run_whole(file_root: str) -> None:
+    """The same log as a run of the open segment the merger wrote without indexes (under
+    ``UNINDEXED_RUN_MAX_BYTES``): bigger than the budget, it is read whole in one GET, so
+    a tail of markers and aborted data still joins; a bigger budget is not needed."""
+    from partition_builder import PartitionBuilder
+    from txnlog.log_format.layout import TXNINDEX_SUFFIX, parse_segment_name, segment_path
+    from txnlog.log_format.manifest import (
+        UNINDEXED_RUN_MAX_BYTES,
+        MergedObject,
+        PartitionManifest,
+    )
+    from txnlog.log_format.reader import PartitionReader
+
+    st = Storage.for_url(file_root)
+    b = PartitionBuilder(st, "run", 0)
+    b.data(500, pid=7, max_batch_bytes=1024, value_size=30)
+    b.data(3, pid=8)
+    b.markers([(7, True), (8, False)], flush=False)
+    b.publish()
+    data = st.get(segment_path("run", 0, 0))
+    txn = [o.name for o in st.list("run-0")
+           if (p := parse_segment_name(o.name)) and p.suffix == TXNINDEX_SUFFIX]
+    assert len(txn) == 1 and len(data) < UNINDEXED_RUN_MAX_BYTES
+    run = MergedObject(1, 0, 505, len(data), True, -1, indexed=False)
+    st.put_if_absent(run.path("run", 0), data)
+    st.put_if_absent(run.path("run", 0, TXNINDEX_SUFFIX), st.get(f"run-0/{txn[0]}"))
+    man = PartitionManifest("run", 0, 1, 0, 505, (run,))
+    st.put_if_absent(man.path, man.to_json())
+    reader = PartitionReader(st, "run", 0)
+    [seg] = reader.segments()
+    assert seg.merged and not seg.has_index
+    ranges: list[str] = []
+    get_view = st.get_view
+    st.get_view = lambda path, a=None, z=None: (ranges.append(path),  # type: ignore[method-assign]
+                                                get_view(path, a, z))[1]
+    assert reader.visible_end(0, 505, max_bytes=len(data) // 4) == 500
+    assert ranges == [run.path("run", 0)]
+    unc = PartitionReader(st, "run", 0, isolation_level="read_uncommitted")
+    assert unc.visible_end(0, 505, max_bytes=len(data) // 4) == 503
