@@ -415,7 +415,7 @@ class PartitionReader:
         It must be cheap: it walks the partition's objects back from ``end`` reading batch
         headers only, at most ``max_objects`` GETs of at most ``max_bytes`` in all (an
         indexed object too big for that is read from its last index entry below ``end``,
-        a run written without indexes whole, below ``UNINDEXED_RUN_MAX_BYTES``;
+        a merged one below ``UNINDEXED_RUN_MAX_BYTES``, perhaps without indexes, whole;
         under read_committed a transactional batch also needs the ``.txnindex`` objects
         from its object on, as a read does), and stops at the first visible batch.
         Whatever it does not look at counts as data, so the answer may be above the true
@@ -444,11 +444,8 @@ class PartitionReader:
                 break
             pos = 0
             try:
-                if seg.size > max_bytes - fetched and not (
-                        seg.merged and not seg.has_index
-                        and seg.size < UNINDEXED_RUN_MAX_BYTES):
-                    # (a run written without indexes is read whole: at most that bound,
-                    # as an index's GET and the bytes after its last entry would cost)
+                if seg.size > max_bytes - fetched and not (  # an unindexed run: whole
+                        seg.merged and seg.size < UNINDEXED_RUN_MAX_BYTES):
                     if not seg.has_index:
                         break
                     objects += 1
