@@ -409,10 +409,18 @@ def test_two_copies_of_one_query(story: Story) -> None:
     # Spark's checkpoint `metadata` file, before either reaches the offset log or the
     # coordinator, which is what this test is about. Booted only then, it used to find the
     # input drained (each small micro-batch is one task now) and both copies succeeded.
+    # Both boot first and the first starts only once the second is ready too: a second JVM
+    # booting slowly on a loaded machine let the first drain its input meanwhile, and both
+    # succeeded again.
     b = story.driver(wait_go=True)
-    a = story.driver()
+    a = story.driver(wait_go=True)
     deadline = time.monotonic() + 300
-    while not ((story.ckpt / "metadata").exists() and "READY" in b.text()):
+    while not ("READY" in a.text() and "READY" in b.text()):
+        assert a.running() and b.running() and time.monotonic() < deadline, \
+            (a.text()[-3000:], b.text()[-3000:])
+        time.sleep(0.05)
+    a.go()
+    while not (story.ckpt / "metadata").exists():
         assert a.running() and b.running() and time.monotonic() < deadline, \
             (a.text()[-3000:], b.text()[-3000:])
         time.sleep(0.05)
