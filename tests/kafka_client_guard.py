@@ -57,7 +57,7 @@ def shut_leftovers() -> list[str]:
     left = list(_live)
     for client in left:
         _live.discard(client)
-        threading.Thread(target=_close, args=(client,), daemon=True).start()
+        threading.Thread(target=close_quietly, args=(client,), daemon=True).start()
     return [type(c).__name__ for c in left]
 
 
@@ -72,5 +72,3 @@ def close_quietly(client: Any) -> None:
     except Exception:  # already closed, or fatal: nothing is left to shut
         pass
 
-
-_close = close_quietly

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from typing import Any
 
 import pytest
 
@@ -229,6 +230,15 @@ def test_visible_end_never_hides_a_record(file_root: str, seed: int) -> None:
             assert d <= small <= max(start, capped)
 
 
+def _data_then_aborted_then_markers(b: Any) -> None:
+    """Offsets 0-499 committed data (pid 7), 500-502 aborted data (pid 8), then their two
+    markers, in one object: a batch write's tail as the merger leaves it."""
+    b.data(500, pid=7, max_batch_bytes=1024, value_size=30)
+    b.data(3, pid=8)
+    b.markers([(7, True), (8, False)], flush=False)
+    b.publish()
+
+
 def test_visible_end_reads_a_big_object_from_its_last_index_entry(file_root: str) -> None:
     """A merged-size object (data, then its transaction's markers, as the merger leaves a
     batch write's tail): read from its last ``.index`` entry below the end, not whole."""
@@ -238,11 +248,7 @@ def test_visible_end_reads_a_big_object_from_its_last_index_entry(file_root: str
     from txnlog.log_format.reader import PartitionReader
 
     st = Storage.for_url(file_root)
-    b = PartitionBuilder(st, "idx", 0)
-    b.data(500, pid=7, max_batch_bytes=1024, value_size=30)
-    b.data(3, pid=8)
-    b.markers([(7, True), (8, False)], flush=False)
-    b.publish()
+    _data_then_aborted_then_markers(PartitionBuilder(st, "idx", 0))
     size = st.size(segment_path("idx", 0, 0))
     offsets, _ = build_indexes(st.get(segment_path("idx", 0, 0)), 0, index_interval_bytes=2048)
     st.put_if_absent(segment_path("idx", 0, 0, ".index"), encode_offset_index(offsets, 0))
@@ -276,11 +282,7 @@ def test_visible_end_reads_an_unindexed_run_whole(file_root: str) -> None:
     from txnlog.log_format.reader import PartitionReader
 
     st = Storage.for_url(file_root)
-    b = PartitionBuilder(st, "run", 0)
-    b.data(500, pid=7, max_batch_bytes=1024, value_size=30)
-    b.data(3, pid=8)
-    b.markers([(7, True), (8, False)], flush=False)
-    b.publish()
+    _data_then_aborted_then_markers(PartitionBuilder(st, "run", 0))
     data = st.get(segment_path("run", 0, 0))
     txn = [o.name for o in st.list("run-0")
            if (p := parse_segment_name(o.name)) and p.suffix == TXNINDEX_SUFFIX]
