@@ -278,6 +278,12 @@ class ProducerWorker:
                         self.hist.write("info", what="zombie-pause", txn=txn)
                         os.kill(os.getpid(), signal.SIGSTOP)  # the harness resumes us
                         self.hist.write("info", what="zombie-resume", txn=txn)
+                    else:
+                        # the flushed data sits above the LSO a while before its marker, as
+                        # a transaction doing more work does: the time in which
+                        # read_committed readers must stop short of it, else a read past
+                        # the LSO is never given a chance
+                        time.sleep(rng.uniform(0.2, 1.0))
             stage = "abort" if abort else "commit"
             self.hist_last_end = None
             if abort:
