@@ -140,6 +140,18 @@ class CoordinatorProc(ServerProcess):
         assert self.endpoint is not None
         return CoordinatorClient(self.endpoint, **kw)
 
+    def end_offset(self, topic: str, partition: int = 0) -> int:
+        """The partition's log end offset (read_uncommitted) once this coordinator has
+        published what it confirmed: what a test compares before and after a request
+        that must (or must not) have written."""
+        from txnlog import AdminClient
+        from txnlog.log_format.layout import TopicPartition
+
+        self.client().stable(publish=True)
+        tp = TopicPartition(topic, partition)
+        got = AdminClient(self.root).list_offsets({tp: "latest"}, "read_uncommitted")
+        return int(got[tp]["offset"])
+
     def __enter__(self) -> CoordinatorProc:
         self.wait_healthy()
         return self

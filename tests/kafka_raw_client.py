@@ -42,7 +42,17 @@ class RawKafkaConnection:
     def send(self, api_key: int, version: int, body: Any) -> Any:
         """Send ``body`` (a kio request entity) as ``api_key`` v``version``; its response."""
         from kio.index import load_response_schema
-        from kio.serial import entity_reader, entity_writer
+        from kio.serial import entity_reader
+
+        frame = self.exchange(api_key, version, body)
+        resp_cls = load_response_schema(api_key, version)
+        _header, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
+        return entity_reader(resp_cls)(frame, n)[0]
+
+    def exchange(self, api_key: int, version: int, body: Any) -> bytes:
+        """Send ``body`` and return the response frame undecoded (its header first, with
+        correlation id ``self.corr``): for answers kio cannot decode, or need not."""
+        from kio.serial import entity_writer
 
         self.corr += 1
         buf = io.BytesIO()
@@ -54,10 +64,7 @@ class RawKafkaConnection:
         entity_writer(type(body))(buf, body)
         data = buf.getvalue()
         self.sock.sendall(struct.pack(">i", len(data)) + data)
-        frame = self.recv_exactly(struct.unpack(">i", self.recv_exactly(4))[0])
-        resp_cls = load_response_schema(api_key, version)
-        _header, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
-        return entity_reader(resp_cls)(frame, n)[0]
+        return self.recv_exactly(struct.unpack(">i", self.recv_exactly(4))[0])
 
     def recv_exactly(self, n: int) -> bytes:
         out = b""
@@ -76,3 +83,9 @@ class RawKafkaConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def request_once(port: int, api_key: int, version: int, body: Any) -> Any:
+    """One request on a fresh, unauthenticated connection; the decoded response."""
+    with RawKafkaConnection(port) as conn:
+        return conn.send(api_key, version, body)

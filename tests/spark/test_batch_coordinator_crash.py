@@ -7,17 +7,10 @@ duplicate it.
 
 from __future__ import annotations
 
-import socket
 import threading
 from pathlib import Path
 
-from coordinator_proc import CoordinatorProc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from coordinator_proc import CoordinatorProc, free_port
 
 
 def test_coordinator_killed_after_prepare_commit(spark, tmp_path: Path) -> None:

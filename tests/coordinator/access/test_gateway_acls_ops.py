@@ -32,7 +32,6 @@ from confluent_kafka.admin import (
 from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc, coordinator_and_gateway
 from kafka_raw_client import RawKafkaConnection
-from txnlog import AdminClient as TxAdmin
 from txnlog.coordinator.access.scram import ScramCredential
 from txnlog.coordinator.access.store import AccessStore
 from txnlog.log_format import topics
@@ -82,10 +81,7 @@ class Env:
         return name
 
     def end_offset(self, topic: str) -> int:
-        self.coord.client().stable(publish=True)
-        tp = TopicPartition(topic, 0)
-        got = TxAdmin(self.root).list_offsets({tp: "latest"}, "read_uncommitted")
-        return int(got[tp]["offset"])
+        return self.coord.end_offset(topic)
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,7 @@ from confluent_kafka.admin import (
 )
 from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc, coordinator_and_gateway
+from kafka_raw_client import RawKafkaConnection, request_once
 from txnlog import AdminClient
 from txnlog.log_format.consumer import Consumer
 from txnlog.log_format.layout import TopicPartition
@@ -266,7 +267,7 @@ def test_groups_listed_described_and_deleted(gw: GW) -> None:
         # offsets of a topic it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC)
         res = _done(admin.delete_consumer_groups(["adm-g"]))
         assert _code(res["adm-g"]) == KafkaError.NON_EMPTY_GROUP
-        r = _request(gateway.port, 47, 0, od.OffsetDeleteRequest(group_id="adm-g", topics=(
+        r = request_once(gateway.port, 47, 0, od.OffsetDeleteRequest(group_id="adm-g", topics=(
             od.OffsetDeleteRequestTopic(name="grp-t", partitions=(
                 od.OffsetDeleteRequestPartition(partition_index=0),)),)))
         assert r.error_code.value == 0
@@ -377,43 +378,6 @@ def test_kafka_python_admin(gw: GW) -> None:
 
 
 # ------------------------------------------------------- raw requests (kio), bad input
-def _request(port: int, api_key: int, version: int, body: Any) -> Any:
-    """Send one kio-encoded request, return the decoded response."""
-    from kio.index import load_response_schema
-    from kio.serial import entity_reader
-
-    frame = _exchange(port, api_key, version, body)
-    resp_cls = load_response_schema(api_key, version)
-    _h, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    return entity_reader(resp_cls)(frame, n)[0]
-
-
-def _exchange(port: int, api_key: int, version: int, body: Any) -> bytes:
-    """Send one kio-encoded request (correlation id 7), return the response frame."""
-    from kio.serial import entity_writer
-
-    buf = io.BytesIO()
-    header_cls = type(body).__header_schema__
-    header = header_cls(request_api_key=api_key, request_api_version=version,
-                        correlation_id=7, client_id="raw")
-    entity_writer(header_cls)(buf, header)
-    entity_writer(type(body))(buf, body)
-    data = buf.getvalue()
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        s.sendall(struct.pack(">i", len(data)) + data)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        return _recv(s, size)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "connection closed"
-        out += chunk
-    return out
-
-
 def test_raw_requests_get_kafkas_error_codes(gw: GW) -> None:
     import datetime
 
@@ -430,13 +394,13 @@ def test_raw_requests_get_kafkas_error_codes(gw: GW) -> None:
     coord.client().create_topic("raw-t", 1)
     timeout = datetime.timedelta(seconds=30)
     # DeleteTopics by topic id: txnlog topics have none
-    r = _request(port, 20, 6, dt.DeleteTopicsRequest(topics=(
+    r = request_once(port, 20, 6, dt.DeleteTopicsRequest(topics=(
         dt.DeleteTopicState(name=None, topic_id=uuid.uuid4()),), timeout=timeout))
     assert [x.error_code.value for x in r.responses] == [100]  # UNKNOWN_TOPIC_ID
     # too many topics in one CreateTopics: each refused, nothing created
     many = tuple(ct.CreatableTopic(name=f"raw-{i}", num_partitions=1, replication_factor=1,
                                    assignments=(), configs=()) for i in range(1001))
-    r = _request(port, 19, 7, ct.CreateTopicsRequest(topics=many, timeout=timeout,
+    r = request_once(port, 19, 7, ct.CreateTopicsRequest(topics=many, timeout=timeout,
                                                      validate_only=False))
     assert {x.error_code.value for x in r.topics} == {42}
     assert "raw-0" not in coord.client().list_topics()
@@ -446,7 +410,7 @@ def test_raw_requests_get_kafkas_error_codes(gw: GW) -> None:
     gap = ct.CreatableTopic(name="raw-gap", num_partitions=-1, replication_factor=-1,
                             assignments=(ct.CreatableReplicaAssignment(
                                 partition_index=1, broker_ids=(0,)),), configs=())
-    r = _request(port, 19, 7, ct.CreateTopicsRequest(topics=(twice, twice, gap),
+    r = request_once(port, 19, 7, ct.CreateTopicsRequest(topics=(twice, twice, gap),
                                                      timeout=timeout, validate_only=False))
     assert [x.error_code.value for x in r.topics] == [42, 42, 39]
     # an assignment names the partition count (replicas: storage is the replica)
@@ -454,19 +418,19 @@ def test_raw_requests_get_kafkas_error_codes(gw: GW) -> None:
                            assignments=tuple(ct.CreatableReplicaAssignment(
                                partition_index=i, broker_ids=(0,)) for i in range(3)),
                            configs=())
-    r = _request(port, 19, 7, ct.CreateTopicsRequest(topics=(ok,), timeout=timeout,
+    r = request_once(port, 19, 7, ct.CreateTopicsRequest(topics=(ok,), timeout=timeout,
                                                      validate_only=False))
     assert r.topics[0].error_code.value == 0 and r.topics[0].num_partitions == 3
     assert coord.client().describe_topic("raw-assigned")["partitions"] == 3
     # unknown operation; unknown resource type; a broker that is not this one
-    r = _request(port, 44, 1, iac.IncrementalAlterConfigsRequest(resources=(
+    r = request_once(port, 44, 1, iac.IncrementalAlterConfigsRequest(resources=(
         iac.AlterConfigsResource(resource_type=2, resource_name="raw-t", configs=(
             iac.AlterableConfig(name="retention.ms", config_operation=9, value="1"),)),
         iac.AlterConfigsResource(resource_type=4, resource_name="0", configs=()),
         iac.AlterConfigsResource(resource_type=1, resource_name="x", configs=())),
         validate_only=False))
     assert [x.error_code.value for x in r.responses] == [42, 42, 42]
-    r = _request(port, 32, 4, dc.DescribeConfigsRequest(resources=(
+    r = request_once(port, 32, 4, dc.DescribeConfigsRequest(resources=(
         dc.DescribeConfigsResource(resource_type=4, resource_name="99",
                                    configuration_keys=None),
         dc.DescribeConfigsResource(resource_type=2, resource_name="raw-t",
@@ -478,13 +442,13 @@ def test_raw_requests_get_kafkas_error_codes(gw: GW) -> None:
     assert [s.name for s in entry.synonyms] == ["log.retention.ms"]
     # AlterConfigs replaces what the topic sets
     coord.client().alter_configs("raw-t", {"segment.ms": "100000"})
-    r = _request(port, 33, 2, ac.AlterConfigsRequest(resources=(ac.AlterConfigsResource(
+    r = request_once(port, 33, 2, ac.AlterConfigsRequest(resources=(ac.AlterConfigsResource(
         resource_type=2, resource_name="raw-t", configs=(
             ac.AlterableConfig(name="retention.ms", value="100000"),)),), validate_only=False))
     assert [x.error_code.value for x in r.responses] == [0]
     assert coord.client().describe_topic("raw-t")["config"] == {"retention.ms": "100000"}
     # DeleteRecords of a partition the topic does not have, and of one it has
-    r = _request(port, 21, 2, drr.DeleteRecordsRequest(topics=(drr.DeleteRecordsTopic(
+    r = request_once(port, 21, 2, drr.DeleteRecordsRequest(topics=(drr.DeleteRecordsTopic(
         name="raw-t", partitions=(drr.DeleteRecordsPartition(partition_index=3, offset=0),
                                   drr.DeleteRecordsPartition(partition_index=0, offset=0))),),
         timeout=timeout))
@@ -528,7 +492,7 @@ def test_fuzzed_admin_frames_never_crash_or_wedge(gw: GW) -> None:
                 s.recv(4)  # an answer, or the connection closed
 
     one()
-    r = _request(port, 16, 4, _list_groups_v4())
+    r = request_once(port, 16, 4, _list_groups_v4())
     assert r.error_code.value == 0
 
 
@@ -569,7 +533,7 @@ def test_null_where_kafka_forbids_null_closes_the_connection(gw: GW) -> None:
                 assert s.recv(4) == b"", (key, version)  # closed, not answered
             sent += 1
     assert sent >= 40
-    r = _request(port, 16, 4, _list_groups_v4())
+    r = request_once(port, 16, 4, _list_groups_v4())
     assert r.error_code.value == 0
 
 ADMIN_KEYS = [15, 16, 19, 20, 21, 32, 33, 37, 42, 44, 47, 61, 65, 66]
@@ -606,8 +570,9 @@ def test_generated_admin_requests_are_answered(gw: GW) -> None:
         key, version, body = sent
         # answered (the connection is not closed), to this request; not decoded here: kio
         # refuses Kafka's -1 "no start time" of an Empty transaction, which clients accept
-        frame = _exchange(port, key, version, body)
-        assert struct.unpack_from(">i", frame, 0)[0] == 7
+        with RawKafkaConnection(port) as conn:
+            frame = conn.exchange(key, version, body)
+            assert struct.unpack_from(">i", frame, 0)[0] == conn.corr
 
     one()
     assert gateway.alive()
@@ -636,12 +601,12 @@ def test_without_a_coordinator_admin_requests_are_answered(gw: GW) -> None:
     coord.stop()
     topics = tuple(ct.CreatableTopic(name=f"late-{i}", num_partitions=1, replication_factor=1,
                                      assignments=(), configs=()) for i in range(3))
-    r = _request(port, 19, 7, ct.CreateTopicsRequest(
+    r = request_once(port, 19, 7, ct.CreateTopicsRequest(
         topics=topics, timeout=datetime.timedelta(seconds=30), validate_only=False))
     assert [x.error_code.value for x in r.topics] == [41, 41, 41]
-    r = _request(port, 16, 4, lg.ListGroupsRequest(states_filter=()))
+    r = request_once(port, 16, 4, lg.ListGroupsRequest(states_filter=()))
     assert r.error_code.value == 15
-    r = _request(port, 32, 4, dc.DescribeConfigsRequest(resources=(
+    r = request_once(port, 32, 4, dc.DescribeConfigsRequest(resources=(
         dc.DescribeConfigsResource(resource_type=2, resource_name="late-t",
                                    configuration_keys=("retention.ms",)),),
         include_synonyms=False, include_documentation=False))

@@ -14,9 +14,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import io
-import socket
-import struct
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +26,7 @@ from coordinator_proc import CoordinatorProc
 from gateway_proc import GatewayProc
 from kafka import KafkaProducer
 from kafka_client_guard import close_quietly
+from kafka_raw_client import request_once
 from txnlog.log_format import topics
 from txnlog.log_format.storage import Storage
 
@@ -79,37 +77,6 @@ def _name(what: str) -> str:
     return f"{what}-{uuid.uuid4().hex[:8]}"
 
 
-# ------------------------------------------------------------------- raw requests
-def _request(port: int, api_key: int, version: int, body: Any) -> Any:
-    """One kio-encoded request on a fresh connection; the decoded response."""
-    from kio.index import load_response_schema
-    from kio.serial import entity_reader, entity_writer
-
-    buf = io.BytesIO()
-    header_cls = type(body).__header_schema__
-    entity_writer(header_cls)(buf, header_cls(request_api_key=api_key,
-                                              request_api_version=version,
-                                              correlation_id=7, client_id="raw"))
-    entity_writer(type(body))(buf, body)
-    data = buf.getvalue()
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        s.sendall(struct.pack(">i", len(data)) + data)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        frame = _recv(s, size)
-    resp_cls = load_response_schema(api_key, version)
-    _h, n = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    return entity_reader(resp_cls)(frame, n)[0]
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "connection closed"
-        out += chunk
-    return out
-
-
 def _metadata(gateway: GatewayProc, names: list[str], allow: bool, version: int = 12
               ) -> Any:
     from kio.schema.metadata.v3 import request as m3
@@ -118,12 +85,12 @@ def _metadata(gateway: GatewayProc, names: list[str], allow: bool, version: int 
     if version == 3:
         req3 = m3.MetadataRequest(topics=tuple(m3.MetadataRequestTopic(name=n)
                                                for n in names))
-        return _request(gateway.port or 0, 3, 3, req3)
+        return request_once(gateway.port or 0, 3, 3, req3)
     req = m12.MetadataRequest(
         topics=tuple(m12.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=n)
                      for n in names),
         allow_auto_topic_creation=allow, include_topic_authorized_operations=False)
-    return _request(gateway.port or 0, 3, 12, req)
+    return request_once(gateway.port or 0, 3, 12, req)
 
 
 # ------------------------------------------------------------- auto-creation
@@ -236,7 +203,7 @@ def test_produce_to_an_unknown_topic_creates_it(root: Root) -> None:
                                 timeout=__import__("datetime").timedelta(seconds=30),
                                 topic_data=(pr.TopicProduceData(name=name, partition_data=(
                                     pr.PartitionProduceData(index=0, records=batch),)),))
-        r = _request(root.gateway(mode).port or 0, 0, 9, req)
+        r = request_once(root.gateway(mode).port or 0, 0, 9, req)
         [t] = r.responses
         assert [int(p.error_code) for p in t.partition_responses] == [want]
         assert (_topic(root, name) is not None) == (mode == "on")
@@ -372,7 +339,7 @@ def test_offsets_of_unknown_topics_or_partitions_are_refused(root: Root) -> None
                                                 committed_metadata=None),)),
             oc.OffsetCommitRequestTopic(name=topic + "x", partitions=()),
         ))
-    r = _request(root.on.port or 0, 8, 8, req)
+    r = request_once(root.on.port or 0, 8, 8, req)
     codes = [[int(p.error_code) for p in t.partitions] for t in r.topics]
     assert codes == [[0, UNKNOWN_TOPIC_OR_PARTITION], [UNKNOWN_TOPIC_OR_PARTITION], []]
     too_big = oc.OffsetCommitRequest(
@@ -381,7 +348,7 @@ def test_offsets_of_unknown_topics_or_partitions_are_refused(root: Root) -> None
             oc.OffsetCommitRequestPartition(partition_index=0, committed_offset=2,
                                             committed_leader_epoch=-1,
                                             committed_metadata="x" * 4097),)),))
-    r = _request(root.on.port or 0, 8, 8, too_big)
+    r = request_once(root.on.port or 0, 8, 8, too_big)
     assert int(r.topics[0].partitions[0].error_code) == 12  # OFFSET_METADATA_TOO_LARGE
 
     from confluent_kafka import Consumer as CKConsumer
@@ -482,7 +449,7 @@ def _list_offsets_code(gateway: GatewayProc, name: str, epoch: int) -> int:
     req = lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
         lo.ListOffsetsTopic(name=name, partitions=(lo.ListOffsetsPartition(
             partition_index=0, current_leader_epoch=epoch, timestamp=-1),)),))
-    r = _request(gateway.port or 0, 2, 7, req)
+    r = request_once(gateway.port or 0, 2, 7, req)
     return int(r.topics[0].partitions[0].error_code)
 
 
@@ -499,7 +466,7 @@ def _fetch_code(gateway: GatewayProc, name: str, epoch: int) -> int:
                 last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=1 << 20),)),),
         forgotten_topics_data=(), rack_id="")
-    r = _request(gateway.port or 0, 1, 12, req)
+    r = request_once(gateway.port or 0, 1, 12, req)
     return int(r.responses[0].partitions[0].error_code)
 
 
@@ -599,7 +566,7 @@ def _fetch(gateway: GatewayProc, name: str, partitions: list[int], max_bytes: in
                 last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=part_max) for p in partitions)),),
         forgotten_topics_data=(), rack_id="")
-    return _request(gateway.port or 0, 1, 12, req)
+    return request_once(gateway.port or 0, 1, 12, req)
 
 
 def _batch_sizes(records: bytes | None) -> list[int]:
@@ -655,7 +622,7 @@ def _fetch_from(gateway: GatewayProc, name: str, where: list[tuple[int, int]],
                 last_fetched_epoch=-1, log_start_offset=-1,
                 partition_max_bytes=1 << 20) for p, off in where)),),
         forgotten_topics_data=(), rack_id="")
-    return _request(gateway.port or 0, 1, 12, req)
+    return request_once(gateway.port or 0, 1, 12, req)
 
 
 def test_read_your_writes(root: Root) -> None:
@@ -691,7 +658,7 @@ def test_read_your_writes(root: Root) -> None:
             req = lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
                 lo.ListOffsetsTopic(name=name, partitions=(lo.ListOffsetsPartition(
                     partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
-            latest = _request(root.on.port or 0, 2, 7, req).topics[0].partitions[0].offset
+            latest = request_once(root.on.port or 0, 2, 7, req).topics[0].partitions[0].offset
             fetched = _fetch_from(root.on, name, [(0, md.offset)], 1 << 20)
             hw = fetched.responses[0].partitions[0].high_watermark
             if latest != md.offset + 1 or hw != md.offset + 1:
@@ -728,7 +695,7 @@ def test_keyless_records_of_a_compacted_topic_are_refused(root: Root) -> None:
                             timeout=__import__("datetime").timedelta(seconds=30),
                             topic_data=(pr.TopicProduceData(name=name, partition_data=(
                                 pr.PartitionProduceData(index=0, records=batch),)),))
-    r = _request(root.on.port or 0, 0, 9, req)
+    r = request_once(root.on.port or 0, 0, 9, req)
     [part] = r.responses[0].partition_responses
     assert int(part.error_code) == 87  # INVALID_RECORD
     assert [e.batch_index for e in part.record_errors] == [1, 3]
@@ -788,7 +755,7 @@ def _raw_join(gateway: GatewayProc, group: str, member_id: str, instance: str | 
         rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id,
         group_instance_id=instance, protocol_type="consumer", protocols=(
             jg.JoinGroupRequestProtocol(name="range", metadata=b"\0\0\0\0\0\0\0\0"),))
-    return _request(gateway.port or 0, 11, 7, req)
+    return request_once(gateway.port or 0, 11, 7, req)
 
 
 def test_static_membership(root: Root) -> None:
@@ -856,7 +823,7 @@ def test_static_membership(root: Root) -> None:
             lg.MemberIdentity(member_id="", group_instance_id="a"),
             lg.MemberIdentity(member_id="wrong", group_instance_id="b"),
             lg.MemberIdentity(member_id="", group_instance_id="nobody")))
-        r = _request(root.on.port or 0, 13, 4, req)
+        r = request_once(root.on.port or 0, 13, 4, req)
         assert [(m.group_instance_id, int(m.error_code)) for m in r.members] == \
             [("a", 0), ("b", 82), ("nobody", 25)]
         [fut] = admin.describe_consumer_groups([group]).values()
@@ -892,7 +859,7 @@ def test_list_groups_keeps_an_empty_consumer_groups_protocol_type(root: Root) ->
         s.commit(offsets=[CTP(topic, 0, 0)], asynchronous=False)
     finally:
         s.close()
-    r = _request(root.on.port or 0, 16, 4, lgr.ListGroupsRequest(states_filter=()))
+    r = request_once(root.on.port or 0, 16, 4, lgr.ListGroupsRequest(states_filter=()))
     rows = {g.group_id: (g.group_state, g.protocol_type) for g in r.groups}
     assert rows[group] == ("Empty", "consumer"), rows
     assert rows[simple] == ("Empty", ""), rows
@@ -915,7 +882,7 @@ def test_delete_records_with_timeout_zero_applies(root: Root) -> None:
         topics=(dr.DeleteRecordsTopic(name=name, partitions=(
             dr.DeleteRecordsPartition(partition_index=0, offset=3),)),),
         timeout=__import__("datetime").timedelta(0))
-    r = _request(root.on.port or 0, 21, 2, req)
+    r = request_once(root.on.port or 0, 21, 2, req)
     [part] = r.topics[0].partitions
     assert (int(part.error_code), part.low_watermark) == (0, 3)
     from txnlog import AdminClient
