@@ -42,14 +42,14 @@ from txnlog.log_format.arrow.arrow_codec import EncodedRecords
 from txnlog.log_format.codec.partitioner import partition_for_key
 from txnlog.log_format.layout import TopicPartition
 from txnlog.log_format.segments import shared_object
-from txnlog.log_format.storage import Storage
+from txnlog.log_format.storage import Storage, aligned_empty
 
 from ..errors import ProducerFencedError, UnknownTopicOrPartitionError
 from ..topic_config import compacts
 from .coordinator_client import CoordinatorClient
 
 
-def put_shared_object(put_if_absent: Callable[[str, bytes], bool], data: bytes,
+def put_shared_object(put_if_absent: Callable[[str, bytes], bool], data: bytes | memoryview,
                       producer_id: int, epoch: int, attempts: int = 3) -> str | None:
     """Put a shared object's ``data`` under a fresh name of the writer's; its path, or None
     if ``attempts`` fresh names were all taken (only a 64-bit collision takes one: nothing
@@ -235,7 +235,9 @@ class SegmentWriter:
                                          bases[(t, p)] + enc.record_count,
                                          enc.stamp_base_offset(bases[(t, p)]))
                 for (t, p), enc in encoded.items()]
-        data, entries = shared_object.build(runs, self.producer_id, self.epoch)
+        data, entries = shared_object.build(
+            runs, self.producer_id, self.epoch,
+            aligned_empty if getattr(self.storage, "writes_aligned_directly", False) else None)
         path = put_shared_object(self.storage.put_if_absent, data, self.producer_id,
                                  self.epoch)
         if path is not None:

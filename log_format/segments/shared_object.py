@@ -22,8 +22,10 @@ Pure bytes: no storage here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from ..errors import LogFormatError
 
@@ -66,9 +68,15 @@ class RunToWrite(NamedTuple):
     data: bytes | bytearray | memoryview
 
 
-def build(runs: Sequence[RunToWrite], producer_id: int, epoch: int
-          ) -> tuple[bytes, list[SharedEntry]]:
-    """The object's bytes and where each run landed (in the order given)."""
+def build(runs: Sequence[RunToWrite], producer_id: int, epoch: int,
+          alloc: Callable[[int], np.ndarray] | None = None
+          ) -> tuple[bytes | memoryview, list[SharedEntry]]:
+    """The object's bytes and where each run landed (in the order given).
+
+    ``alloc`` (a size -> uint8 array): the bytes are copied into the array it returns
+    instead of a new ``bytes``, e.g. one aligned for direct I/O, so that a local root
+    writes the object straight from it rather than through the page cache (one copy
+    either way)."""
     entries: list[SharedEntry] = []
     chunks: list[bytes | bytearray | memoryview] = []
     pos = 0
@@ -81,7 +89,15 @@ def build(runs: Sequence[RunToWrite], producer_id: int, epoch: int
                          "entries": [list(e) for e in entries]},
                         separators=(",", ":")).encode()
     chunks += [footer, len(footer).to_bytes(4, "big"), MAGIC]
-    return b"".join(chunks), entries
+    if alloc is None:
+        return b"".join(chunks), entries
+    out = alloc(pos + len(footer) + _TRAILER)
+    at = 0
+    for c in chunks:
+        n = len(c) if not isinstance(c, memoryview) else c.nbytes
+        out[at:at + n] = np.frombuffer(c, np.uint8)
+        at += n
+    return memoryview(out[:at]), entries
 
 
 def read_footer(data: bytes | memoryview, source: str = "shared object") -> SharedFooter:

@@ -84,6 +84,9 @@ class Storage:
 
     url: str
     retry: RetryPolicy
+    # True where a put writes aligned memory with direct I/O (a local root): writers then
+    # build their objects in aligned buffers (``aligned_empty``) instead of ``bytes``
+    writes_aligned_directly: ClassVar[bool] = False
 
     _cache: ClassVar[dict[tuple[Any, ...], Storage]] = {}
     _cache_lock: ClassVar[threading.Lock] = threading.Lock()

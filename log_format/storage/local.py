@@ -80,6 +80,8 @@ def _write_direct(fd: int, view: memoryview, head: int) -> memoryview:
 class LocalStorage(Storage):
     """A local folder: temp file + fsync + `os.link` (atomic, fails if the name exists)."""
 
+    writes_aligned_directly = True
+
     def __init__(self, base: str, retry: RetryPolicy | None = None) -> None:
         self.base = base
         self.url = "file://" + base

@@ -82,6 +82,38 @@ def test_reserve_stamp_put_confirm(file_root: str) -> None:
     assert (w.producer_id, w.epoch, w.next_sequence(("t", 0))) == (8, 1, 0)
 
 
+def test_a_local_flush_goes_out_from_aligned_memory(file_root: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a local root a flush's shared object is built in memory aligned for direct I/O
+    (written without a copy into the page cache), holding exactly the bytes ``build``
+    gives without an allocator."""
+    import numpy as np
+    from txnlog.log_format.storage import DIRECT_ALIGN
+    from txnlog.log_format.storage import local as local_storage
+
+    storage = Storage.for_url(file_root)
+    assert storage.writes_aligned_directly
+    seen: list[tuple[int, int]] = []
+    real_put = type(storage).put_if_absent
+
+    def put(self: Any, path: str, data: Any) -> bool:
+        seen.append((np.frombuffer(data, np.uint8).ctypes.data % DIRECT_ALIGN,
+                     local_storage._direct_head(memoryview(data))))
+        return real_put(self, path, data)
+
+    monkeypatch.setattr(type(storage), "put_if_absent", put)
+    w = SegmentWriter(RecordingClient(), storage, 7, 0, _io)  # type: ignore[arg-type]
+    big = {("t", p): encoded(40_000, 0) for p in range(2)}  # past direct I/O's minimum
+    reservation = w.reserve(big)
+    runs = [shared_object.RunToWrite("t", p, 0, 40_000, e.stamp_base_offset(0))
+            for (_t, p), e in big.items()]
+    expected, _ = shared_object.build(runs, 7, 0)
+    (written, *_rest) = w.write(reservation)
+    assert written.object is not None
+    assert storage.get(written.object) == expected
+    assert len(seen) == 1 and seen[0][0] == 0 and seen[0][1] > 0, seen
+
+
 def test_a_taken_name_is_retried_under_a_new_one(file_root: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing points at a shared object before its confirm, so a name found taken (only a
