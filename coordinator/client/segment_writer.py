@@ -237,7 +237,7 @@ class SegmentWriter:
                 for (t, p), enc in encoded.items()]
         data, entries = shared_object.build(
             runs, self.producer_id, self.epoch,
-            aligned_empty if getattr(self.storage, "writes_aligned_directly", False) else None)
+            aligned_empty if self.storage.writes_aligned_directly else None)
         path = put_shared_object(self.storage.put_if_absent, data, self.producer_id,
                                  self.epoch)
         if path is not None:

@@ -94,9 +94,9 @@ def build(runs: Sequence[RunToWrite], producer_id: int, epoch: int,
     out = alloc(pos + len(footer) + _TRAILER)
     at = 0
     for c in chunks:
-        n = len(c) if not isinstance(c, memoryview) else c.nbytes
-        out[at:at + n] = np.frombuffer(c, np.uint8)
-        at += n
+        b = np.frombuffer(c, np.uint8)
+        out[at:at + b.size] = b
+        at += b.size
     return memoryview(out[:at]), entries
 
 
