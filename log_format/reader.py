@@ -6,9 +6,11 @@ never past it, so it never waits for anything. Offsets are not dense (markers, a
 batches, compacted records, 0-byte fence objects), so progress is tracked as "next offset to
 read", never as a record count: a marker at the end of a range is consumed, not re-read.
 
-Under read_committed the aborted transactions come from `.txnindex` objects, collected the
-way Kafka's broker does for a fetch (walk the index objects from the one holding the start
-offset, stop once an entry's lastStableOffset reaches the upper bound) and applied by
+Under read_committed the aborted transactions come from `.txnindex` objects (and, for the
+tail in shared objects, from the entries the stable head publishes with an abort's
+markers), collected the way Kafka's broker does for a fetch (walk the index objects from the
+one holding the start offset, stop once an entry's lastStableOffset reaches the upper
+bound) and applied by
 `AbortedFilter`, Kafka's consumer algorithm, carried across objects.
 
 Objects are fetched in byte pieces of at most `chunk_bytes` on a small shared thread pool,
@@ -196,7 +198,8 @@ class PartitionReader:
         self.prefetch = max(1, prefetch)
         self._snapshot = snapshot
         self._segments: list[Segment] = []
-        self._txnindexes: list[tuple[int, str]] = []  # (base offset, path) of .txnindex objects
+        # (base offset, .txnindex object's path or the entries a tail run publishes)
+        self._txnindexes: list[tuple[int, str | list[AbortedTxn]]] = []
         self._listed_hw: int | None = None
         self._listed_at = 0.0  # time.monotonic() of the listing
         self._manifest: PartitionManifest | None = None
@@ -268,7 +271,7 @@ class PartitionReader:
             man = None
         merged_end = man.end_offset if man is not None else 0
         segs: list[Segment] = []
-        txn: list[tuple[int, str]] = []
+        txn: list[tuple[int, str | list[AbortedTxn]]] = []
         if man is not None:
             for o in man.objects:
                 path = o.path(self.topic, self.partition)
@@ -295,10 +298,15 @@ class PartitionReader:
                 timeindex.add(parsed.base_offset)
         # Runs in shared objects: the tail the snapshot publishes (the runs of a flush that
         # wrote one object for all its partitions), never listed
-        runs = [(t.base, t.size, t.path, t.position)
-                for t in (self._snapshot.tail(self.topic, self.partition)
-                          if self._snapshot is not None else ())
+        tail = [t for t in (self._snapshot.tail(self.topic, self.partition)
+                            if self._snapshot is not None else ())
                 if t.base >= merged_end]
+        runs = [(t.base, t.size, t.path, t.position) for t in tail]
+        # an abort's .txnindex entries come with its markers' run (an object of the
+        # partition's own at the same base, from before they did, says the same)
+        inline = {t.base: [AbortedTxn(*a) for a in t.aborted] for t in tail if t.aborted}
+        if inline:
+            txn = [x for x in txn if x[0] not in inline] + list(inline.items())
         if planted_bug_enabled("trust_unconfirmed_runs"):
             runs += self._unconfirmed_runs({r[0] for r in runs})
         rows = sorted([(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", 0)
@@ -309,7 +317,7 @@ class PartitionReader:
                                 base in timeindex and not position, position=position))
         self._segments = segs
         self._manifest = man
-        self._txnindexes = sorted(txn)
+        self._txnindexes = sorted(txn, key=lambda x: x[0])
         self._listed_hw = hw
         self._listed_at = listed_at
 
@@ -389,13 +397,14 @@ class PartitionReader:
         pool = io_pool()
         for i in range(0, len(paths), self.prefetch):
             group = paths[i:i + self.prefetch]
-            missing = [p for p in group if p not in self._txn_cache]
+            missing = [p for p in group if isinstance(p, str) and p not in self._txn_cache]
             futures = {p: pool.submit(self.storage.get, p) for p in missing}
             for p, fut in futures.items():
                 self._txn_cache[p] = decode_txn_index(
                     fut.result(), source=f"{self.storage.url}/{p}")
             for p in group:
-                entries, complete = collect_aborted_txns(self._txn_cache[p], start, end)
+                entries, complete = collect_aborted_txns(
+                    self._txn_cache[p] if isinstance(p, str) else p, start, end)
                 found.extend(entries)
                 if complete:
                     return found

@@ -74,13 +74,22 @@ Offsets = Mapping[str, tuple[int, int]]  # "t-p": (hw, lso)
 
 class TailEntry(NamedTuple):
     """A confirmed run of one partition in a shared object: offsets ``[base, end)`` in its
-    bytes ``[position, position + size)``."""
+    bytes ``[position, position + size)``.
+
+    ``aborted``: for a run of markers that aborts transactions in this partition, the
+    ``.txnindex`` entries they add (``(producer id, first offset, last offset, LSO)``, as
+    Kafka's AbortedTxn): published with the run instead of written as a ``.txnindex``
+    object of the partition's own, so that an aborted transaction costs one object (its
+    markers' shared object), as a committed one does. Merging writes them into the merged
+    segment's ``.txnindex``.
+    """
 
     base: int
     end: int
     path: str
     position: int
     size: int
+    aborted: tuple[tuple[int, int, int, int], ...] = ()
 
 
 Tails = Mapping[str, tuple[TailEntry, ...]]  # "t-p": its runs above M, ascending
@@ -90,14 +99,17 @@ NO_TAIL: tuple[TailEntry, ...] = ()
 def encode_tails(tails: Tails, keys: Iterator[str] | list[str] | None = None
                  ) -> dict[str, Any]:
     """``{"objects": [path...], "tails": {"t-p": [[base, end, object, pos, size]...]}}``
-    for ``keys`` (default: every partition of ``tails``); each path is written once."""
+    for ``keys`` (default: every partition of ``tails``); each path is written once. A run
+    with aborted transactions has a sixth field, ``[[pid, first, last, lso]...]`` (a
+    reader written before it refuses the head as invalid instead of missing them)."""
     objects: dict[str, int] = {}
     out: dict[str, list[list[int]]] = {}
     for k in (tails if keys is None else keys):
         entries = tails.get(k, NO_TAIL)
         if entries:
             out[k] = [[e.base, e.end, objects.setdefault(e.path, len(objects)), e.position,
-                       e.size] for e in entries]
+                       e.size, *([[list(a) for a in e.aborted]] if e.aborted else [])]
+                      for e in entries]
     return {"objects": list(objects), "tails": out} if out else {}
 
 
@@ -110,8 +122,7 @@ def decode_tails(obj: Mapping[str, Any], source: str) -> dict[str, tuple[TailEnt
         paths = [check_shared_path(p) for p in obj["objects"]]
         tails: dict[str, tuple[TailEntry, ...]] = {}
         for k, rows in raw.items():
-            entries = tuple(TailEntry(int(b), int(e), paths[int(i)], int(pos), int(sz))
-                            for b, e, i, pos, sz in rows)
+            entries = tuple(_tail_entry(row, paths) for row in rows)
             last = -1
             for t in entries:
                 if t.base < last or t.end < t.base or t.position < 0 or t.size < 0:
@@ -121,6 +132,31 @@ def decode_tails(obj: Mapping[str, Any], source: str) -> dict[str, tuple[TailEnt
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise StableSnapshotError(f"{source}: invalid tails: {exc}") from exc
     return tails
+
+
+def _tail_entry(row: list[Any], paths: list[str]) -> TailEntry:
+    b, e, i, pos, sz, *rest = row
+    if len(rest) > 1:
+        raise ValueError(f"a tail row of {len(row)} fields: {row}")
+    entry = TailEntry(int(b), int(e), paths[int(i)], int(pos), int(sz),
+                      aborted_entries(rest[0]) if rest else ())
+    for _pid, first, last, _lso in entry.aborted:
+        if not first <= last or not entry.base <= last < entry.end:
+            raise ValueError(f"aborted transaction [{first}, {last}] does not end at a "
+                             f"marker of the run [{entry.base}, {entry.end})")
+    return entry
+
+
+def aborted_entries(rows: Any) -> tuple[tuple[int, int, int, int], ...]:
+    """``[[pid, first, last, lso]...]`` as the tuples a ``TailEntry`` holds (ValueError,
+    TypeError: not that shape)."""
+    out = []
+    for r in rows:
+        pid, first, last, lso = (int(x) for x in r)
+        out.append((pid, first, last, lso))
+    if not out:
+        raise ValueError("an empty list of aborted transactions")
+    return tuple(out)
 
 
 class TailOverlay(Mapping[str, tuple[TailEntry, ...]]):

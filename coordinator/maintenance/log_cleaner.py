@@ -332,13 +332,24 @@ class LogCleaner:
         merged_end = pm.merged_end
         after = f"{merged_end:0{layout.OFFSET_DIGITS}d}" if merged_end else None
         listing = await self.io.run(self.storage.list, layout.partition_dir(topic, p), after)
+        # beyond the merged end: the small .txnindex objects (roots written before aborts'
+        # entries were published) and the entries the tail publishes with abort markers
+        beyond: dict[int, str | list[AbortedTxn]] = {}
         for obj in listing:
             parsed = layout.parse_segment_name(obj.name)
             if parsed is None or parsed.suffix != layout.TXNINDEX_SUFFIX \
                     or parsed.base_offset < merged_end:
                 continue
-            entries, complete = await self._txn_entries(
-                f"{layout.partition_dir(topic, p)}/{obj.name}", start, upper)
+            beyond[parsed.base_offset] = f"{layout.partition_dir(topic, p)}/{obj.name}"
+        for run in self.state.shared.tail(partition_key(topic, p)):
+            if run.aborted and run.base >= merged_end:
+                beyond[run.base] = [AbortedTxn(*a) for a in run.aborted]
+        for base in sorted(beyond):
+            src = beyond[base]
+            if isinstance(src, str):
+                entries, complete = await self._txn_entries(src, start, upper)
+            else:
+                entries, complete = collect_aborted_txns(src, start, upper)
             found += entries
             if complete:
                 break

@@ -67,7 +67,7 @@ from .merge_policy import (
     roll_ms,
     unindexed_run,
 )
-from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row
+from .merge_worker import IO_THREADS, Built, MergeStore, MergeWorker, Row, txnindex_of
 
 log = logging.getLogger("txnlog.coordinator.maintenance.log_merger")
 
@@ -428,22 +428,30 @@ class LogMerger:
                 txn.add(parsed.base_offset)
         # the partition's runs in shared objects (its tail in the state): never listed
         key = partition_key(topic, p)
-        runs = [(t.base, t.size, (t.path, t.position), t.end)
-                for t in self.state.shared.tail(key)
+        tail = [t for t in self.state.shared.tail(key)
                 if merged_end is None or t.base >= merged_end]
+        runs = [(t.base, t.size, (t.path, t.position), t.end) for t in tail]
+        aborted = {t.base: t.aborted for t in tail if t.aborted}
         rows = sorted([(base, size, None, None) for base, size in logs] + runs)
+
+        def small(base: int, end: int, size: int, loc: tuple[str, int] | None) -> SmallObject:
+            # an abort's markers in a shared object carry their .txnindex entries
+            if base in aborted:
+                return SmallObject(base, end, size, True, loc, aborted[base])
+            return SmallObject(base, end, size, base in txn, loc)
+
         out = []
         for (base, size, loc, _), (nxt, _, _, _) in itertools.pairwise(rows):
             if nxt > lso:
                 break
-            out.append(SmallObject(base, nxt, size, base in txn, loc))
+            out.append(small(base, nxt, size, loc))
         else:
             # the last one, if a run: its end is known exactly (an object of the partition's
             # own is named by its base only, so it waits for a successor), so an idle
             # partition's last run merges too and its shared object can go
             if rows and rows[-1][2] is not None and rows[-1][3] <= lso:
                 base, size, loc, end = rows[-1]
-                out.append(SmallObject(base, end, size, base in txn, loc))
+                out.append(small(base, end, size, loc))
         return out
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -466,20 +474,22 @@ class LogMerger:
                      ) -> tuple[list[MergeInput], Built]:
         rows: list[Row] = [(r.level, r.base_offset, r.end_offset, r.has_txnindex, None)
                            for r in choice.runs]
-        rows += [(SMALL, s.base_offset, s.end_offset, s.has_txnindex,
+        rows += [(SMALL, s.base_offset, s.end_offset, txnindex_of(s.has_txnindex, s.aborted),
                   None if s.location is None else (*s.location, s.size))
                  for s in choice.small]
         metas, built = await self._read_and_merge(topic, p, rows, parallel)
         self._merged_from.update(row[4][0] for row in rows if row[4] is not None)
-        inputs = [MergeInput(row[0], row[1], row[2], size, crc, row[3],
-                             None if row[4] is None else (row[4][0], row[4][1]))
-                  for row, (size, crc) in zip(rows, metas, strict=True)]
+        aborted = [()] * len(choice.runs) + [s.aborted for s in choice.small]
+        inputs = [MergeInput(row[0], row[1], row[2], size, crc, bool(row[3]),
+                             None if row[4] is None else (row[4][0], row[4][1]), ab)
+                  for row, (size, crc), ab in zip(rows, metas, aborted, strict=True)]
         return inputs, built
 
     async def _finish(self, plan: MergePlan) -> bool:
         """A merge logged but not published (a restart): the same inputs, checked against
         their CRCs, give the same bytes."""
-        rows: list[Row] = [(i.level, i.base_offset, i.end_offset, i.has_txnindex,
+        rows: list[Row] = [(i.level, i.base_offset, i.end_offset,
+                            txnindex_of(i.has_txnindex, i.aborted),
                             None if i.location is None else (*i.location, i.size))
                            for i in plan.inputs]
         try:

@@ -64,6 +64,8 @@ class SmallObject:
     size: int
     has_txnindex: bool
     location: tuple[str, int] | None = None  # a run in a shared object: (path, position)
+    # a run of abort markers in a shared object: its .txnindex entries (from the tail)
+    aborted: tuple[tuple[int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from typing import Any
 
 from txnlog.log_format import layout
 from txnlog.log_format.codec.crc import crc32c
+from txnlog.log_format.codec.indexes import AbortedTxn, encode_txn_index
 from txnlog.log_format.errors import LogFormatError
 from txnlog.log_format.manifest import MergedObject
 from txnlog.log_format.segments.segment_merge import MergedSegment, merge_segment
@@ -56,10 +57,13 @@ from txnlog.log_format.storage.s3_arrow import arrow_reader
 from ..state.merge_state import SMALL
 from .merge_policy import MAX_IO_PARALLEL
 
-# (level, base offset, end offset, has .txnindex, location) of one input, as the merger
-# lists them; location (shared object path, position, size) for a run in a shared object,
-# None for an object of the partition's own
-Row = tuple[int, int, int, bool] | tuple[int, int, int, bool, "tuple[str, int, int] | None"]
+# (level, base offset, end offset, .txnindex, location) of one input, as the merger lists
+# them; .txnindex: True for an object of its own beside the input, its bytes when the tail
+# publishes them (an abort's markers in a shared object), False for none; location (shared
+# object path, position, size) for a run in a shared object, None for an object of the
+# partition's own
+Row = (tuple[int, int, int, bool | bytes]
+       | tuple[int, int, int, bool | bytes, "tuple[str, int, int] | None"])
 # the most requests of one merge in flight at once (merge_policy.io_parallelism decides how
 # many a merge uses: one while merging keeps up, more as its backlog grows)
 IO_THREADS = MAX_IO_PARALLEL
@@ -82,6 +86,14 @@ def input_paths(topic: str, p: int, row: Row) -> tuple[str, str]:
                 layout.segment_path(topic, p, base, layout.TXNINDEX_SUFFIX))
     obj = MergedObject(level, base, end, 0)
     return obj.path(topic, p), obj.path(topic, p, layout.TXNINDEX_SUFFIX)
+
+
+def txnindex_of(has_txnindex: bool, aborted: Sequence[Sequence[int]]) -> bool | bytes:
+    """A row's .txnindex field: the bytes of ``aborted`` (entries a tail run publishes), else
+    whether the input has a .txnindex object of its own."""
+    if aborted:
+        return encode_txn_index([AbortedTxn(*e) for e in aborted])
+    return has_txnindex
 
 
 def bounded_map(pool: ThreadPoolExecutor, fn: Callable[[Any], Any], items: Sequence[Any],
@@ -115,7 +127,7 @@ def read_and_merge(storage: Storage, reads: ThreadPoolExecutor, topic: str, p: i
         path, tpath = input_paths(topic, p, row)
         loc = row[4] if len(row) > 4 else None  # rows of four: objects of the partition
         paths.append(path if loc is None else loc)
-        if row[3]:
+        if row[3] is True:
             paths.append(tpath)
 
     def fetch(item: tuple[str, int, int] | str) -> bytes:
@@ -129,7 +141,7 @@ def read_and_merge(storage: Storage, reads: ThreadPoolExecutor, topic: str, p: i
         return data
 
     got = iter(bounded_map(reads, fetch, paths, parallel))
-    read = [(next(got), next(got) if row[3] else None) for row in rows]
+    read = [(next(got), next(got) if row[3] is True else row[3] or None) for row in rows]
     metas = [(len(data), crc32c(data)) for data, _ in read]
     source = f"{storage.url}/{layout.partition_dir(topic, p)}@"
     built = merge_segment([SegmentInput(row[1], row[2], data, txn, f"{source}{row[1]}")

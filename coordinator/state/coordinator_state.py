@@ -467,11 +467,16 @@ class CoordinatorState:
             self.partitions[partition_key(row.topic, row.partition)].unresolved.pop(row.base,
                                                                                    None)
         if plan is not None and plan.marker_object is not None:
-            # the markers are written (Complete follows them): part of the tails now
+            # the markers are written (Complete follows them): part of the tails now, with
+            # the .txnindex entries of the transactions they abort (no object of their own)
+            aborted = {(r.topic, r.partition, r.base): tuple(tuple(e) for e in r.entries)
+                       for r in plan.txnindex}
             for row, (pos, size) in zip(plan.markers, plan.marker_runs, strict=True):
                 self.shared.add(partition_key(row.topic, row.partition),
                                 TailEntry(row.base, row.base + len(row.markers),
-                                          plan.marker_object, pos, size))
+                                          plan.marker_object, pos, size,
+                                          aborted.get((row.topic, row.partition, row.base),
+                                                      ())))
         pids = txn.producer_pids()
         for where in txn.reservations:
             self._resolve(*where)

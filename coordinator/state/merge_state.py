@@ -21,6 +21,7 @@ from typing import Any
 
 from txnlog.log_format import layout
 from txnlog.log_format.manifest import MergedObject, PartitionManifest, new_manifest
+from txnlog.log_format.stable import aborted_entries
 
 SMALL = -1  # the "level" of a small object in a plan's inputs
 
@@ -38,17 +39,24 @@ class MergeInput:
     # a run in a shared object: (object path, byte position); its bytes are ``size`` from
     # there. None: the small object ``<topic>-<p>/<base>.log``
     location: tuple[str, int] | None = None
+    # a run of abort markers in a shared object: the .txnindex entries the tail published
+    # with it (its .txnindex is made of them; there is no object of the partition's own)
+    aborted: tuple[tuple[int, int, int, int], ...] = ()
 
     def to_json(self) -> list[Any]:
         row: list[Any] = [self.level, self.base_offset, self.end_offset, self.size, self.crc,
                           int(self.has_txnindex)]
-        return row + list(self.location) if self.location is not None else row
+        if self.location is not None:
+            row += list(self.location)
+            if self.aborted:
+                row.append([list(a) for a in self.aborted])
+        return row
 
     @classmethod
     def from_json(cls, row: list[Any]) -> MergeInput:
         loc = (str(row[6]), int(row[7])) if len(row) > 6 else None
         return cls(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
-                   bool(row[5]), loc)
+                   bool(row[5]), loc, aborted_entries(row[8]) if len(row) > 8 else ())
 
     def paths(self, topic: str, partition: int) -> list[str]:
         """Every object of the partition it stands for (log and indexes), as garbage once
@@ -58,7 +66,7 @@ class MergeInput:
             # markers) is the partition's
             out = [] if self.location is not None else [
                 layout.segment_path(topic, partition, self.base_offset)]
-            if self.has_txnindex:
+            if self.has_txnindex and not self.aborted:
                 out.append(layout.segment_path(topic, partition, self.base_offset,
                                                layout.TXNINDEX_SUFFIX))
             return out

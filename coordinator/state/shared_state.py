@@ -22,7 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from txnlog.log_format.stable import TailEntry
+from txnlog.log_format.stable import TailEntry, aborted_entries
+
+
+def _row(e: TailEntry) -> list[Any]:
+    """A run as the snapshot stores it: five fields, a sixth only for aborted transactions
+    (so snapshots of roots without them keep their bytes)."""
+    row: list[Any] = [e.base, e.end, e.path, e.position, e.size]
+    return [*row, [list(a) for a in e.aborted]] if e.aborted else row
 
 
 @dataclass
@@ -91,7 +98,7 @@ class SharedObjects:
         stay as they were)."""
         out: dict[str, Any] = {}
         if self.tails:
-            out["tails"] = {k: [list(e) for e in v] for k, v in self.tails.items()}
+            out["tails"] = {k: [_row(e) for e in v] for k, v in self.tails.items()}
         if self.garbage:
             out["shared_garbage"] = self.garbage
         return out
@@ -101,6 +108,7 @@ class SharedObjects:
         out = cls()
         for k, rows in s.get("tails", {}).items():
             for r in rows:
-                out.add(k, TailEntry(int(r[0]), int(r[1]), str(r[2]), int(r[3]), int(r[4])))
+                out.add(k, TailEntry(int(r[0]), int(r[1]), str(r[2]), int(r[3]), int(r[4]),
+                                     aborted_entries(r[5]) if len(r) > 5 else ()))
         out.garbage.update({str(p): int(d) for p, d in s.get("shared_garbage", {}).items()})
         return out

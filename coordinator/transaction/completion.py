@@ -7,7 +7,10 @@ partition has them; here the coordinator writes the marker objects itself (DESIG
 2. Prepare{Commit,Abort} is logged with the whole plan (``CompletionPlan``): marker
    offsets, timestamp, coordinator epoch, fences, .txnindex entries — so a restarted
    coordinator rewrites the same bytes;
-3. markers (one object per partition), fences and .txnindex objects are written in parallel;
+3. the markers of every partition (one shared object, ``CompletionPlan.marker_object``) and
+   fences are written in parallel; the .txnindex entries of an abort are published with
+   the markers' runs in the tails (plans logged before markers shared an object write one
+   marker object and one .txnindex object per partition, as they did);
 4. Complete* is logged and, in parallel, a stable snapshot is published; then the reply.
 
 A transaction in Prepare* is only ever rolled forward: its objects are retried without limit
@@ -387,10 +390,11 @@ class Completer:
         shared_objs: set[PartitionOffset] = set()
         for plan in plans:
             jobs += [fence(*f) for f in plan.fences]
-            jobs += [index(row) for row in plan.txnindex]
             if plan.marker_object is not None:
+                # its .txnindex entries are published with the markers' runs (the tails)
                 jobs.append(marker_object(plan))
                 continue
+            jobs += [index(row) for row in plan.txnindex]
             in_object = {(s.topic, s.partition): s.base for s in plan.shared}
             shared_objs.update(plan.shared)
             for row in plan.markers:

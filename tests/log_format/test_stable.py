@@ -63,3 +63,25 @@ def test_json_roundtrip_and_validation() -> None:
         make_snapshot(1, 1, {"a-0": (3, 5)})
     with pytest.raises(StableSnapshotError, match=r"x\.json"):
         StableSnapshot.from_json(b'{"seq": 1}', "x.json")
+
+
+def test_tails_carry_an_aborts_txnindex_entries_and_refuse_bad_ones() -> None:
+    """A run of abort markers carries its .txnindex entries (a sixth field, only there);
+    an entry that does not end at a marker of its run, or is not four integers, makes the
+    head invalid instead of being half-read."""
+    from txnlog.log_format.layout import shared_object_name, shared_object_path
+    from txnlog.log_format.stable import TailEntry, decode_tails, encode_tails
+
+    a, b = (shared_object_path(shared_object_name(9, 0, n * 16)) for n in "ab")
+    tails = {"t-0": (TailEntry(0, 5, a, 0, 400),
+                     TailEntry(5, 7, b, 61, 122, ((9, 2, 5, 6), (11, 3, 6, 7))))}
+    enc = encode_tails(tails)
+    assert [len(r) for r in enc["tails"]["t-0"]] == [5, 6]
+    assert decode_tails(enc, "h") == tails
+    for bad in ([[9, 2, 8, 9]], [[9, 6, 5, 6]], [[9, 2, 5]], [], "x", [[9, "a", 5, 6]]):
+        row = [5, 7, 1, 61, 122, bad]
+        with pytest.raises(StableSnapshotError, match="invalid tails"):
+            decode_tails({"objects": enc["objects"], "tails": {"t-0": [row]}}, "h")
+    with pytest.raises(StableSnapshotError, match="invalid tails"):
+        decode_tails({"objects": enc["objects"],
+                      "tails": {"t-0": [[5, 7, 1, 61, 122, [[9, 2, 5, 6]], 0]]}}, "h")

@@ -268,3 +268,35 @@ def wait_compacted_partition(storage: Storage, topic: str, p: int,
             return
         time.sleep(0.2)
     raise AssertionError(f"{topic}-{p} never compacted")
+
+
+def test_aborts_beyond_the_cleaned_range_come_from_objects_and_the_tail(tmp_path: Path) -> None:
+    """Cleaning [start, upper) must know every transaction with data there that was aborted
+    by a marker beyond ``upper``: from the ``.txnindex`` objects of the partition (roots
+    written before aborts' entries were published) and from the entries the tail publishes
+    with an abort's markers in a shared object; missing one would let an aborted value
+    supersede a committed one of the same key."""
+    import asyncio
+
+    from txnlog.coordinator.maintenance.log_cleaner import LogCleaner
+    from txnlog.coordinator.state.coordinator_state import CoordinatorState
+    from txnlog.coordinator.state.merge_state import PartitionMerges
+    from txnlog.coordinator.state.runtime import Observer, StorageIO
+    from txnlog.log_format.codec.indexes import AbortedTxn, encode_txn_index
+    from txnlog.log_format.stable import TailEntry
+
+    storage = Storage.for_url(tmp_path.as_uri())
+    assert storage.put_if_absent(layout.segment_path("t", 0, 30, layout.TXNINDEX_SUFFIX),
+                                 encode_txn_index([AbortedTxn(7, 5, 30, 12)]))
+    state = CoordinatorState()
+    state.shared.add("t-0", TailEntry(40, 41, "_wal/x.wal", 0, 61, ((8, 10, 40, 41),)))
+    state.shared.add("t-0", TailEntry(41, 45, "_wal/y.wal", 0, 300))
+    io_ = StorageIO(storage, Observer())
+    cleaner = LogCleaner(state, None, io_, None, None, Observer(), enabled=False)  # type: ignore[arg-type]
+    try:
+        found = asyncio.run(cleaner._aborted_beyond("t", 0, PartitionMerges(), 0, 20))
+    finally:
+        io_.shutdown()
+    # (the first entry's LSO, 12, was held below ``upper`` by a transaction open at 12, so
+    # the walk goes on to the next, as TransactionIndex's does)
+    assert found == [AbortedTxn(7, 5, 30, 12), AbortedTxn(8, 10, 40, 41)]

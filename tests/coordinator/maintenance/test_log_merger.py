@@ -22,6 +22,7 @@ from txnlog.coordinator.client.producer import TransactionalProducer
 from txnlog.coordinator.maintenance.merge_policy import UNINDEXED_RUN_MAX_BYTES
 from txnlog.log_format import layout
 from txnlog.log_format.codec.dump import dump_files
+from txnlog.log_format.codec.indexes import decode_txn_index
 from txnlog.log_format.codec.records import encode_batch, iter_batches
 from txnlog.log_format.errors import TxnlogError
 from txnlog.log_format.manifest import PartitionManifest, read_latest_manifest
@@ -133,6 +134,21 @@ def test_merged_reads_equal_small_object_reads(every_root: str) -> None:
         assert values(storage, "t") == committed
         assert values(storage, "t", "read_uncommitted") == uncommitted_before
         assert len(uncommitted_before) > len(committed)  # aborted data is there, filtered
+        # the aborts' .txnindex entries, published with their markers' runs (no .txnindex
+        # object of the partition's own), are in the merged objects' .txnindex files: one
+        # per aborted transaction merged, spanning its record
+        assert not [o.name for o in storage.list(layout.partition_dir("t", 0))
+                    if o.name.endswith(layout.TXNINDEX_SUFFIX)]
+        entries = [e for o in man.objects if o.has_txnindex for e in decode_txn_index(
+            storage.get(o.path("t", 0, layout.TXNINDEX_SUFFIX)))]
+        table = PartitionReader(storage, "t", 0, isolation_level="read_uncommitted"
+                                ).read_table()
+        aborted_at = [off for off, v in zip(table.column("offset").to_pylist(),
+                                            table.column("value").to_pylist(), strict=True)
+                      if v.decode() not in committed and off < man.end_offset]
+        assert aborted_at and len(entries) == len(aborted_at)
+        assert all(e.first_offset == off < e.last_offset
+                   for e, off in zip(entries, aborted_at, strict=True))
         # every merged object holds exactly the bytes of the runs of its range, data and
         # markers, taken out of the shared objects (the grace period has not passed: they
         # are all still there); nothing was ever written per partition

@@ -19,7 +19,6 @@ from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.coordinator.client.producer import IdempotentProducer, TransactionalProducer
 from txnlog.log_format import layout
 from txnlog.log_format.codec.control import ControlType, control_info
-from txnlog.log_format.codec.indexes import decode_txn_index
 from txnlog.log_format.codec.records import decode_batches, encode_batch
 from txnlog.log_format.reader import PartitionReader
 from txnlog.log_format.stable import read_latest_stable
@@ -151,13 +150,26 @@ def test_abort_leaves_nothing_visible(coord: CoordinatorProc) -> None:
     assert read_values(st, t, 0) == [b"kept"]
     assert read_values(st, t, 1) == []
     assert len(read_values(st, t, 1, "read_uncommitted")) == 5
+    head = read_latest_stable(st)
+    assert head is not None
+    paths = set()
     for p in range(2):
         found = check_partition(st, t, p)
         kinds = [m[2] for m in found["markers"]]
         assert kinds[0] is ControlType.ABORT
         first_marker = found["markers"][0][0]
-        idx = decode_txn_index(st.get(layout.segment_path(t, p, first_marker, ".txnindex")))
-        assert len(idx) == 1 and idx[0].last_offset == first_marker
+        # the abort's .txnindex entry is published with its marker's run, not written as an
+        # object of the partition's own
+        assert not [o.name for o in st.list(layout.partition_dir(t, p))
+                    if o.name.endswith(".txnindex")]
+        run = next(r for r in head.tail(t, p) if r.base == first_marker)
+        paths.add(run.path)
+        pid, first, last, _lso = run.aborted[0]
+        assert len(run.aborted) == 1 and (first, last) == (0, first_marker)
+        got = PartitionReader(st, t, p, snapshot=head).aborted_transactions(0, first_marker + 1)
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in got] == \
+            [(pid, 0, first_marker)]
+    assert len(paths) == 1  # both partitions' ABORT markers: one object
 
 
 def test_offsets_in_transaction(coord: CoordinatorProc) -> None:
