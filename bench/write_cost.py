@@ -15,6 +15,8 @@ within a run, whose grace period is a minute) and the coordinator's requests (it
   spread over every partition;
 - ``transactions``: txnlog's ``TransactionalProducer``, transactions of one record per
   partition: objects and calls per transaction;
+- ``aborts``: the same, each flushed and then aborted (data, ABORT markers and their
+  ``.txnindex`` entries);
 - ``spark`` (``--spark``): one Spark batch write of ``--spark-records`` rows over the
   partitions with 4 tasks: objects per write.
 
@@ -148,10 +150,12 @@ def run_producer(root: str, coord: CoordinatorProc, partitions: int, records: in
 
 
 def run_transactions(root: str, coord: CoordinatorProc, partitions: int, txns: int,
-                     value_bytes: int) -> dict[str, Any]:
+                     value_bytes: int, abort: bool = False) -> dict[str, Any]:
+    """``txns`` transactions of one record per partition, committed, or (``abort``) flushed
+    and then aborted: what an aborted transaction leaves (data, markers, their .txnindex)."""
     from txnlog.coordinator.client.producer import TransactionalProducer
 
-    topic = f"t{partitions}"
+    topic = f"{'a' if abort else 't'}{partitions}"
     coord.client().create_topic(topic, partitions)
     storage = Storage.for_url(root)
     before, calls0 = count_objects(storage), coordinator_calls(coord.endpoint)
@@ -163,11 +167,16 @@ def run_transactions(root: str, coord: CoordinatorProc, partitions: int, txns: i
             p.begin_transaction()
             for part in range(partitions):
                 p.send(topic, value, partition=part)
-            p.commit_transaction()
+            if abort:
+                p.flush()
+                p.abort_transaction()
+            else:
+                p.commit_transaction()
     dt = time.perf_counter() - t0
     objects = count_objects(storage) - before
     calls = coordinator_calls(coord.endpoint) - calls0
-    return {"scenario": "transactions", "partitions": partitions, "transactions": txns,
+    return {"scenario": "aborts" if abort else "transactions", "partitions": partitions,
+            "transactions": txns,
             "txn_per_s": round(txns / dt, 2), "objects": objects,
             "objects_per_txn": round(objects / txns, 2),
             "calls_per_txn": round(calls / txns, 2)}
@@ -277,6 +286,9 @@ def main() -> None:
                 if "transactions" in scenarios:
                     rows.append(run_transactions(base, coord, n, args.transactions,
                                                  args.value_bytes))
+                if "aborts" in scenarios:
+                    rows.append(run_transactions(base, coord, n, args.transactions,
+                                                 args.value_bytes, abort=True))
                 if args.spark:
                     rows.append(run_spark(base, coord, n, args.spark_records))
                 if args.spark_stream:
