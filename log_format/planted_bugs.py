@@ -46,6 +46,9 @@ Names and where they act:
 - ``trust_unconfirmed_runs``: readers take a partition's runs from the shared objects'
   footers (what writers wrote: a zombie's or a killed writer's unconfirmed runs too) instead
   of the published tail of confirmed runs (log_format/reader.py)
+- ``tail_aborts_ignored``: readers ignore the ``.txnindex`` entries a stable head publishes
+  with a run of ABORT markers, so read_committed returns the aborted data of a transaction
+  whose markers are not merged yet (log_format/reader.py)
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore
                    "delete_before_grace", "merge_above_lso", "compact_ignore_aborted",
                    "read_below_log_start", "retention_deletes_kept_segment",
                    "gateway_fetch_ignores_lso", "shared_deleted_early",
-                   "trust_unconfirmed_runs"})
+                   "trust_unconfirmed_runs", "tail_aborts_ignored"})
 
 _parsed: tuple[str, frozenset[str]] = ("", frozenset())
 

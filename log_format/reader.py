@@ -305,6 +305,8 @@ class PartitionReader:
         # an abort's .txnindex entries come with its markers' run (an object of the
         # partition's own at the same base, from before they did, says the same)
         inline = {t.base: [AbortedTxn(*a) for a in t.aborted] for t in tail if t.aborted}
+        if planted_bug_enabled("tail_aborts_ignored"):  # planted bug (chaos self-test)
+            inline = {}
         if inline:
             txn = [x for x in txn if x[0] not in inline] + list(inline.items())
         if planted_bug_enabled("trust_unconfirmed_runs"):

@@ -148,6 +148,36 @@ def test_ignore_lso_is_a_read_past_lso(planted: bool, tmp_path: Path,
         assert found == {}
 
 
+@pytest.mark.parametrize("planted", [False, True], ids=["safe", "tail_aborts_ignored"])
+def test_tail_aborts_ignored_is_an_aborted_read(planted: bool, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An aborted transaction's data in two partitions, its ABORT markers in one shared
+    object: the entries hiding its data are published with the markers' runs (merging off,
+    so they stay in the tail). A reader that ignores them reads the aborted records."""
+    rec = Recorder(tmp_path)
+    root, proc = coordinator(tmp_path, extra=["--no-merge"])
+    try:
+        a = producer(root, proc.endpoint, "A")  # type: ignore[arg-type]
+        a.begin_transaction()
+        rec.send(a, "A:0", 1, 0)
+        rec.send(a, "A:0", 2, 1)
+        a.flush()  # the data is written, then aborted
+        assert rec.end(a, "A:0", commit=False) == "ok"
+        a.begin_transaction()
+        rec.send(a, "A:1", 3, 0)
+        assert rec.end(a, "A:1", commit=True) == "ok"
+        if planted:
+            monkeypatch.setenv("TXNLOG_UNSAFE", "tail_aborts_ignored")
+        rec.final(root)
+    finally:
+        proc.stop()
+    found = rec.check()
+    if planted:
+        assert "aborted-read" in found, found
+    else:
+        assert found == {}
+
+
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "no_epoch_check"])
 def test_no_epoch_check_lets_a_zombie_commit(planted: bool, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -671,6 +701,9 @@ HARNESS = [
     # and unconfirmed runs read again
     pytest.param("trust_unconfirmed_runs", "none", 8.0, False, "inconsistent-offset",
                  id="trust_unconfirmed_runs"),
+    # an abort's .txnindex entries in the tail ignored: its flushed data read as committed
+    pytest.param("tail_aborts_ignored", "none", 6.0, False, "aborted-read",
+                 id="tail_aborts_ignored"),
     pytest.param("shared_deleted_early", "none", 10.0, False,
                  r"^FileNotFoundError: .*/_wal/\d{20}-\d{5}-[0-9a-f]{16}\.wal'",
                  id="shared_deleted_early"),
