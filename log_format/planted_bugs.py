@@ -45,7 +45,8 @@ Names and where they act:
   (coordinator/maintenance/log_merger.py)
 - ``trust_unconfirmed_runs``: readers take a partition's runs from the shared objects'
   footers (what writers wrote: a zombie's or a killed writer's unconfirmed runs too) instead
-  of the published tail of confirmed runs (log_format/reader.py)
+  of the published tail of confirmed runs (log_format/reader.py, with ``unconfirmed_runs``
+  here)
 - ``tail_aborts_ignored``: readers ignore the ``.txnindex`` entries a stable head publishes
   with a run of ABORT markers, so read_committed returns the aborted data of a transaction
   whose markers are not merged yet (log_format/reader.py)
@@ -54,6 +55,7 @@ Names and where they act:
 from __future__ import annotations
 
 import os
+from typing import Any
 
 ENV = "TXNLOG_UNSAFE"
 NAMES = frozenset({"plain_put", "no_epoch_check", "abort_after_prepare", "ignore_lso",
@@ -86,3 +88,23 @@ def enabled(name: str) -> bool:
     if spec != _parsed[0]:
         _parsed = (spec, _names(spec))
     return name in _parsed[1]
+
+
+def unconfirmed_runs(storage: Any, shared_dir: str, topic: str, partition: int,
+                     known: set[int]) -> list[tuple[int, int, str, int]]:
+    """What ``trust_unconfirmed_runs`` makes a reader use: the runs of a partition taken
+    from the shared objects' own footers (what writers wrote, a zombie's or a killed
+    writer's too, merged or not) instead of the published tail (what the coordinator
+    confirmed, above M), as ``(base, size, object path, position)``; the reader names the
+    folder of shared objects (this module does not know where things are stored)."""
+    from .segments.shared_object import SharedObjectError, read_footer
+    out = []
+    for obj in storage.list(shared_dir):
+        path = f"{shared_dir}/{obj.name}"
+        try:
+            entries = read_footer(storage.get(path)).entries
+        except (FileNotFoundError, SharedObjectError):
+            continue
+        out += [(e.base, e.size, path, e.position) for e in entries
+                if (e.topic, e.partition) == (topic, partition) and e.base not in known]
+    return out

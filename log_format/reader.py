@@ -63,6 +63,7 @@ from .manifest import (
     read_latest_manifest,
 )
 from .planted_bugs import enabled as planted_bug_enabled
+from .planted_bugs import unconfirmed_runs
 from .stable import StableSnapshot, read_latest_stable
 from .storage import Storage
 
@@ -310,7 +311,8 @@ class PartitionReader:
         if inline:
             txn = [x for x in txn if x[0] not in inline] + list(inline.items())
         if planted_bug_enabled("trust_unconfirmed_runs"):
-            runs += self._unconfirmed_runs({r[0] for r in runs})
+            runs += unconfirmed_runs(self.storage, SHARED_DIR, self.topic, self.partition,
+                                     {r[0] for r in runs})
         rows = sorted([(base, size, f"{self.dir}/{base:020d}{LOG_SUFFIX}", 0)
                        for base, size in logs] + runs)
         for i, (base, size, path, position) in enumerate(rows):
@@ -322,24 +324,6 @@ class PartitionReader:
         self._txnindexes = sorted(txn, key=lambda x: x[0])
         self._listed_hw = hw
         self._listed_at = listed_at
-
-    def _unconfirmed_runs(self, known: set[int]) -> list[tuple[int, int, str, int]]:
-        """The planted bug ``trust_unconfirmed_runs`` (chaos self-test): runs of this
-        partition taken from the shared objects' own footers (what writers wrote, a zombie's
-        or a killed writer's too, merged or not) instead of the published tail (what the
-        coordinator confirmed, above M)."""
-        from .segments.shared_object import SharedObjectError, read_footer
-        out = []
-        for obj in self.storage.list(SHARED_DIR):
-            path = f"{SHARED_DIR}/{obj.name}"
-            try:
-                entries = read_footer(self.storage.get(path)).entries
-            except (FileNotFoundError, SharedObjectError):
-                continue
-            out += [(e.base, e.size, path, e.position) for e in entries
-                    if (e.topic, e.partition) == (self.topic, self.partition)
-                    and e.base not in known]
-        return out
 
     def _max_listing_age(self) -> float:
         """How long a listing may be trusted for small objects: half the grace period after
