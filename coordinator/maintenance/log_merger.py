@@ -436,9 +436,8 @@ class LogMerger:
 
         def small(base: int, end: int, size: int, loc: tuple[str, int] | None) -> SmallObject:
             # an abort's markers in a shared object carry their .txnindex entries
-            if base in aborted:
-                return SmallObject(base, end, size, True, loc, aborted[base])
-            return SmallObject(base, end, size, base in txn, loc)
+            return SmallObject(base, end, size, base in txn or base in aborted, loc,
+                               aborted.get(base, ()))
 
         out = []
         for (base, size, loc, _), (nxt, _, _, _) in itertools.pairwise(rows):
