@@ -86,9 +86,9 @@ MERGE_ARGS = ["--merge-min-objects", "4", "--merge-fanout", "3", "--merge-interv
               # a stopped merge worker (merge-worker faults) is replaced after this long
               "--merge-worker-timeout-s", "15"]
 TOPIC_CONFIG = {"segment.bytes": 2048, "file.delete.delay.ms": 2000}
-# Compacted topics (``--compact`` or TXNLOG_CHAOS_COMPACT=1): the same workload
-# (keys k0-k3 per partition) into topics the log cleaner compacts whenever a tenth of their
-# closed segments is dirty, with the compaction fault points armed too, checked by a
+# Compacted topics (``--compact`` or TXNLOG_CHAOS_COMPACT=1): the same workload with 64 keys
+# per partition (workload.key_space) into topics the log cleaner compacts whenever a tenth of
+# their closed segments is dirty, with the compaction fault points armed too, checked by a
 # checker that lets only superseded values vanish (chaos/compaction.py).
 COMPACT_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1",
                   "delete.retention.ms": "1000"}

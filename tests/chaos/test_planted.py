@@ -77,6 +77,15 @@ class Recorder:
         print(res.summary())
         return res.counts
 
+    def expect(self, planted: bool, *anomalies: str) -> None:
+        """Check the history: with the bug planted every one of ``anomalies`` must be
+        reported (others may come with them), without it none at all."""
+        found = self.check()
+        if planted:
+            assert set(anomalies) <= set(found), found
+        else:
+            assert found == {}
+
 
 def coordinator(tmp_path: Path, **kw: Any) -> tuple[str, CoordinatorProc]:
     root = (tmp_path / "root").as_uri()
@@ -141,11 +150,7 @@ def test_ignore_lso_is_a_read_past_lso(planted: bool, tmp_path: Path,
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert {"read-past-lso", "aborted-read"} <= set(found), found
-    else:
-        assert found == {}
+    rec.expect(planted, "read-past-lso", "aborted-read")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "tail_aborts_ignored"])
@@ -171,11 +176,7 @@ def test_tail_aborts_ignored_is_an_aborted_read(planted: bool, tmp_path: Path,
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "aborted-read" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "aborted-read")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "no_epoch_check"])
@@ -204,11 +205,7 @@ def test_no_epoch_check_lets_a_zombie_commit(planted: bool, tmp_path: Path,
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "lost-write" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "lost-write")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "abort_after_prepare"])
@@ -238,11 +235,7 @@ def test_abort_after_prepare_is_an_aborted_read(planted: bool, tmp_path: Path,
     finally:
         for c in procs:
             c.stop()
-    found = rec.check()
-    if planted:
-        assert "aborted-read" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "aborted-read")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "plain_put"])
@@ -274,11 +267,7 @@ def test_plain_put_lets_a_zombie_write_over_its_fence(planted: bool, tmp_path: P
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "inconsistent-offset" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "inconsistent-offset")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "one_shot_early_drop"])
@@ -316,11 +305,8 @@ def test_one_shot_early_drop_is_caught(planted: bool, tmp_path: Path,
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "early-drop" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "early-drop")
+    if not planted:
         assert set(answers) == {"same"}
 
 
@@ -345,11 +331,7 @@ def test_delta_omits_partition_is_a_torn_transaction(planted: bool, tmp_path: Pa
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "torn-transaction" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "torn-transaction")
 
 
 # ---------------------------------------------------------------------------- merging
@@ -471,11 +453,7 @@ def test_trust_unconfirmed_runs_reads_a_zombies_shared_object(
         monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "inconsistent-offset" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "inconsistent-offset")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "shared_deleted_early"])
@@ -550,11 +528,7 @@ def test_trust_merged_away_reads_a_zombie_in_a_freed_name(
     rec.scan(root, iso="read_uncommitted")
     monkeypatch.delenv("TXNLOG_UNSAFE", raising=False)
     rec.final(root)
-    found = rec.check()
-    if planted:
-        assert "aborted-read" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "aborted-read")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "delete_before_grace"])
@@ -610,11 +584,7 @@ def test_delete_before_grace_shows_a_reader_what_its_manifest_did_not_cover(
     monkeypatch.setattr(reader_mod, "read_latest_manifest", real)
     assert replayed
     rec.final(root)
-    found = rec.check()
-    if planted:
-        assert "aborted-read" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "aborted-read")
 
 
 @pytest.mark.parametrize("planted", [False, True], ids=["safe", "merge_above_lso"])
@@ -654,11 +624,7 @@ def test_merge_above_lso_loses_a_late_write(planted: bool, tmp_path: Path,
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "lost-write" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "lost-write")
 
 
 # seed 7: a producer's second transaction is a late-write zombie (the workers' choices
@@ -859,11 +825,7 @@ def test_read_below_log_start_is_caught(planted: bool, tmp_path: Path,
         rec.final(root)
     finally:
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "read-below-log-start" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "read-below-log-start")
 
 
 @pytest.mark.parametrize("planted", [False, True],
@@ -984,11 +946,7 @@ def test_gateway_fetch_ignores_lso_is_an_aborted_read(planted: bool, tmp_path: P
     finally:
         gw.stop()
         proc.stop()
-    found = rec.check()
-    if planted:
-        assert "aborted-read" in found, found
-    else:
-        assert found == {}
+    rec.expect(planted, "aborted-read")
 
 
 def test_the_harness_catches_a_gateway_bug(tmp_path: Path) -> None:
