@@ -47,7 +47,6 @@ from . import retention as chaos_retention  # noqa: E402
 from .acls import TOKEN_ENV, ChaosAccess  # noqa: E402
 from .gateway_faults import GATEWAY_FAULTS, GatewaySide  # noqa: E402
 from .history import HistoryWriter, read_history  # noqa: E402
-from .intruder import STOP_FILE  # noqa: E402
 from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
 BUCKET = "txnlog-chaos"
@@ -1058,8 +1057,8 @@ class Scenario:
                 self.stop_nemesis.set()
                 self.heal()
         self.stop_nemesis.set()
-        if self.intruder is not None:  # it tried all along the workload; the rest is reads
-            (self.hist_dir / STOP_FILE).write_text("1")
+        # consumers and the intruder stop (the intruder tried all along the workload)
+        (self.hist_dir / workload.STOP_FILE).write_text("1")
         if nemesis.is_alive():
             nemesis.join(30)
         self.heal()

@@ -317,6 +317,11 @@ class ProducerWorker:
 
 
 # ================================================================== consumer
+# run.py writes this into the history folder once every writer (producers, Spark jobs, the
+# gateway's clients) is done: consumers end after one more round, the intruder at once, so a
+# run whose writers finish early does not idle to its full duration.
+STOP_FILE = "workload.stop"
+
 def poll_op(c: Consumer, max_records: int) -> dict[str, Any]:
     """One poll of an incremental consumer, with what it covered and the snapshot it used."""
     before = {tp: c.position(tp) for tp in c.assignment()}
@@ -482,11 +487,13 @@ def run_consumer(args: argparse.Namespace) -> None:
     proc = f"c{args.worker}"
     hist = HistoryWriter(Path(args.history) / f"{proc}.jsonl", proc)
     deadline = time.monotonic() + args.duration
+    stop = Path(args.history) / STOP_FILE
     consumers: dict[str, Consumer] = {}
     rng = random.Random(args.worker)
     n = 0
     try:
         while n < args.polls and time.monotonic() < deadline:
+            last = stop.exists()  # the writers are done: one more round, begun after that
             n += 1
             for iso in ("read_committed", "read_uncommitted"):
                 name = f"{proc}-{iso[5:]}"
@@ -514,6 +521,8 @@ def run_consumer(args: argparse.Namespace) -> None:
                 except Exception as exc:
                     hist.write("poll", proc=f"{proc}-scan", mode="scan", outcome="fail",
                                error=err(exc))
+            if last:
+                break
             time.sleep(args.interval)
     finally:
         hist.close()
