@@ -111,7 +111,8 @@ class Profile:
     spark_duration: float = 45.0  # Spark classes run at least this long (JVM start ~15 s)
     # consumers end once every writer is done instead of at the duration: a long run whose
     # producers reach their transaction count early does not idle (the short profile, whose
-    # self-checks of planted bugs rely on its reads to the end, reads to its duration)
+    # self-checks of planted bugs rely on its reads to the end, reads to its duration unless
+    # an intruder runs: with --acls the stop that ends the intruder ends the consumers too)
     stop_readers_when_done: bool = False
 
 

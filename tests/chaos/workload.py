@@ -323,6 +323,7 @@ class ProducerWorker:
 # its full duration.
 STOP_FILE = "workload.stop"
 
+
 def poll_op(c: Consumer, max_records: int) -> dict[str, Any]:
     """One poll of an incremental consumer, with what it covered and the snapshot it used."""
     before = {tp: c.position(tp) for tp in c.assignment()}
