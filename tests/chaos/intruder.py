@@ -34,8 +34,9 @@ from txnlog.coordinator.client.coordinator_client import CoordinatorClient
 from txnlog.coordinator.client.producer import TransactionalProducer
 
 from .history import HistoryWriter
-from .workload import STOP_FILE, discover, err, partitions
+from .workload import discover, err, partitions
 
+STOP_FILE = "intruder.stop"
 # The coordinator's 403 answers (Kafka's authorization errors)
 REFUSED = (cerr.TopicAuthorizationFailedError, cerr.TransactionalIdAuthorizationFailedError,
            cerr.ClusterAuthorizationFailedError, cerr.GroupAuthorizationFailedError)

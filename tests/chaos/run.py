@@ -47,6 +47,7 @@ from . import retention as chaos_retention  # noqa: E402
 from .acls import TOKEN_ENV, ChaosAccess  # noqa: E402
 from .gateway_faults import GATEWAY_FAULTS, GatewaySide  # noqa: E402
 from .history import HistoryWriter, read_history  # noqa: E402
+from .intruder import STOP_FILE as INTRUDER_STOP  # noqa: E402
 from .spark_workload import OUT_PARTITIONS, OUT_TOPIC  # noqa: E402
 
 BUCKET = "txnlog-chaos"
@@ -111,8 +112,7 @@ class Profile:
     spark_duration: float = 45.0  # Spark classes run at least this long (JVM start ~15 s)
     # consumers end once every writer is done instead of at the duration: a long run whose
     # producers reach their transaction count early does not idle (the short profile, whose
-    # self-checks of planted bugs rely on its reads to the end, reads to its duration unless
-    # an intruder runs: with --acls the stop that ends the intruder ends the consumers too)
+    # self-checks of planted bugs rely on its reads to the end, reads to its duration)
     stop_readers_when_done: bool = False
 
 
@@ -1063,8 +1063,9 @@ class Scenario:
                 self.stop_nemesis.set()
                 self.heal()
         self.stop_nemesis.set()
-        if self.intruder is not None or p.stop_readers_when_done:
-            # the intruder tried all along the workload; consumers end after one more round
+        if self.intruder is not None:  # it tried all along the workload; the rest is reads
+            (self.hist_dir / INTRUDER_STOP).write_text("1")
+        if p.stop_readers_when_done:  # consumers end after one more round
             (self.hist_dir / workload.STOP_FILE).write_text("1")
         if nemesis.is_alive():
             nemesis.join(30)

@@ -318,9 +318,8 @@ class ProducerWorker:
 
 # ================================================================== consumer
 # run.py writes this into the history folder once every writer (producers, Spark jobs, the
-# gateway's clients) is done, in long runs and whenever an intruder runs: consumers end after
-# one more round, the intruder at once, so a run whose writers finish early does not idle to
-# its full duration.
+# gateway's clients) is done, in long runs (Profile.stop_readers_when_done): consumers end
+# after one more round, so a run whose writers finish early does not idle to its duration.
 STOP_FILE = "workload.stop"
 
 
