@@ -516,15 +516,15 @@ class LogMerger:
             raise MergeRefused(f"{self.storage.url}/{refused[0]} holds other bytes than the "
                                "merge computes")
         faults.point("after_merge_output")
-        pm = self.state.merges[partition_key(topic, p)]
-        if pm.planned is not plan:
+        if not self._still_planned(plan):
             return  # the topic was deleted meanwhile (DeleteTopics drops the plan)
+        pm = self.state.merges[partition_key(topic, p)]
         manifest = pm.manifest_after(plan)
         if not await self._call("put_if_absent", manifest.path, manifest.to_json()):
             raise MergeRefused(f"{self.storage.url}/{manifest.path} holds other bytes than "
                                "the merge computes")
         faults.point("after_merge_manifest")
-        if self.state.merges[partition_key(topic, p)].planned is not plan:
+        if not self._still_planned(plan):
             return  # deleted while the manifest was written: the delete's sweep removes it
         await self.commits.commit([LogRecord("merged", {
             "id": partition_key(topic, p), "seq": plan.seq, "ms": now_ms()})])
@@ -535,6 +535,15 @@ class LogMerger:
             # runs left the tail: the next head drops them (readers ignore runs below M
             # anyway; this keeps heads short and names no object that will be deleted)
             self.on_merged()
+
+    def _still_planned(self, plan: MergePlan) -> bool:
+        """Whether ``plan`` is still the partition's planned merge. By its number and output,
+        not by identity: the state holds the plan parsed back from its log record, an equal but
+        other object (compared by identity, every merge stopped here once and was built and
+        written a second time by the next look, as after a restart)."""
+        pm = self.state.merges.get(partition_key(plan.topic, plan.partition))
+        return (pm is not None and pm.planned is not None and pm.planned.seq == plan.seq
+                and pm.planned.output == plan.output)
 
     async def _put_all(self, files: list[tuple[str, bytes]]) -> None:
         """Put-if-absent ``files`` in parallel on this process's threads (the log

@@ -206,3 +206,49 @@ def test_a_compacted_topic_rolls_its_open_segment_within_max_compaction_lag(
             await engine.stop()
 
     asyncio.run(scenario())
+
+
+def test_each_merge_reads_its_inputs_and_writes_its_output_once(
+        file_root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge is built, logged, written and published once. The merger used to check that
+    the state's plan was still "its" plan by identity, while the state holds the plan parsed
+    back from the log record (an equal, other object): every merge stopped after writing its
+    output, and the next look finished it as if after a restart, reading every input and
+    writing (and reading back) the output a second time."""
+    from txnlog.log_format.storage.local import LocalStorage
+
+    st = Storage.for_url(file_root)
+    puts: list[str] = []
+    reads: list[tuple[str, int | None]] = []
+    put_if_absent, get = LocalStorage.put_if_absent, LocalStorage.get
+
+    def counting_put(self: LocalStorage, path: str, data: bytes) -> bool:
+        puts.append(path)
+        return put_if_absent(self, path, data)
+
+    def counting_get(self: LocalStorage, path: str, start: int | None = None,
+                     end: int | None = None) -> bytes:
+        reads.append((path, start))
+        return get(self, path, start, end)
+
+    async def scenario() -> None:
+        await _backlog(st, 2, 12)
+        second = await _start(st, MergeSettings(**IDLE_LOOP))
+        try:
+            monkeypatch.setattr(LocalStorage, "put_if_absent", counting_put)
+            monkeypatch.setattr(LocalStorage, "get", counting_get)
+            ends = await _tick_until_merged(second, st, [0, 1], 100)
+            assert all(e >= 8 for e in ends.values()), ends
+            for _ in range(3):  # later looks finish nothing again
+                await second.merger.tick()
+            assert second.merger.merges_done >= 2
+        finally:
+            await second.stop()
+
+    asyncio.run(scenario())
+    outputs = [p for p in puts if p.startswith("t-")]  # runs, their indexes, manifests
+    assert any("/runs/" in p for p in outputs), puts
+    assert len(outputs) == len(set(outputs)), sorted(outputs)  # each written once
+    inputs = [r for r in reads if r[0].startswith("_wal/")]  # the commits' shared objects
+    assert len(inputs) >= 16, reads
+    assert len(inputs) == len(set(inputs)), sorted(inputs)  # each run read once
