@@ -19,6 +19,12 @@ P rows each. Four ``Trigger.AvailableNow`` queries then drain them, P records pe
   Python Data Source machinery alone costs, i.e. the best any Python source and sink
   could do in this pipeline.
 
+What one query pays is its own: each query starts once the run's processes are idle
+(``quiesce``), the input is merged by the coordinator before the timed rounds, and a txnlog
+sink's output topic is deleted after its query, so the coordinator's merging of one query's
+output never lands in the next query (a long-running stream pays that merging in the
+background: bench/growth.py and docs/performance.md give its cost per byte).
+
 One Spark session (``local[2]``) per root; a small parquet -> noop query warms the JVM first
 (no Python), so round 1's first txnlog query is the first query that starts Python workers:
 it pays what a restarted streaming application pays (worker start, imports, the codec
@@ -54,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 import python_ceiling  # noqa: E402
+from txnlog.coordinator.client.coordinator_client import CoordinatorClient  # noqa: E402
 
 python_ceiling.add_to_python_path()  # before any JVM starts: its Python processes import it
 
@@ -94,9 +101,40 @@ class Inputs:
         self.rows = per_batch * batches
         self.runs = 0
 
+    def wait_merged(self, limit_s: float = 180.0) -> None:
+        """Wait until the coordinator merged the input (idle partitions are merged after
+        30 s): a merge of the input must not run inside a timed query, and every round
+        reads the same, merged, input."""
+        from txnlog.log_format.manifest import read_latest_manifest
+        from txnlog.log_format.storage import Storage
+
+        st = Storage.for_url(self.url)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < limit_s:
+            if all(read_latest_manifest(st, self.topic, p) is not None for p in range(4)):
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"input {self.topic} was not merged within {limit_s:.0f} s")
+
     def fresh(self) -> str:
         self.runs += 1
         return f"{self.per_batch}-{self.runs}"
+
+
+def quiesce(window_s: float = 0.5, idle_cpu: float = 0.1, limit_s: float = 60.0) -> float:
+    """Wait until the run's processes are idle: the coordinator merging the last query's
+    output (or Spark finishing its last job's cleanup) must not run into the next query,
+    which would charge one pipeline's work to another. Idle: under ``idle_cpu`` of a core
+    over ``window_s``. Returns the seconds waited (``limit_s`` at most)."""
+    from spark_rw import _run_cpu
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        a = sum(_run_cpu(os.getpid(), CPU_MARKER).values())
+        time.sleep(window_s)
+        if sum(_run_cpu(os.getpid(), CPU_MARKER).values()) - a < idle_cpu * window_s:
+            break
+    return time.perf_counter() - t0
 
 
 def run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
@@ -143,12 +181,18 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
         w, target = w.format("parquet"), str(inp.work / f"out-{name}.parquet")
     from spark_rw import _run_cpu
 
+    quiesce()
     cpu0 = _run_cpu(os.getpid(), CPU_MARKER)
     t0 = time.perf_counter()
     q = w.start(target) if target else w.start()
     q.awaitTermination()
     wall = time.perf_counter() - t0
     cpu1 = _run_cpu(os.getpid(), CPU_MARKER)
+    if sink == "txnlog":
+        # What the coordinator would do with the output later (merging it once idle) must
+        # not land in another pipeline's query: the output goes. Its own merging during
+        # the query counted above.
+        CoordinatorClient(inp.endpoint).delete_topic(f"out{name}")
     # the S3 server is one of the run's processes: its share of the same reading
     server_cpu = cpu1.get(SERVER_PID, 0.0) - cpu0.get(SERVER_PID, 0.0) if SERVER_PID else 0.0
     cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
@@ -189,6 +233,8 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
         # workers. Stop them so round 1 meets fresh workers, as a restarted application does.
         inputs = {p: Inputs(spark, url, endpoint, work, p, b)
                   for p, b in zip(sizes, batches, strict=True)}
+        for inp in inputs.values():
+            inp.wait_merged()
         spark.stop()
         spark = (SparkSession.builder.master("local[2]").appName("txnlog-bench-streaming")
                  .config("spark.ui.enabled", "false")

@@ -4,9 +4,10 @@
 
 Feeds 10,000-row Arrow batches (16-byte random keys, 100-byte random values: what Spark hands
 a task in bench/spark_rw.py) to ``run_task`` — routing, encoding, reserve, put-if-absent with
-fsync, confirm — as one Spark task would, against the root's real (embedded) coordinator, and
-commits the transaction. Prints wall time and the CPU time of this process (all its threads)
-and of the coordinator per run, scaled to 10 M rows. ``--dir /dev/shm`` leaves out the
+fsync — as one Spark task would, against the root's real (embedded) coordinator, and
+commits the transaction (its EndTxn confirms the task's runs, as the driver's does). Prints
+wall time and the CPU time of this process (all its threads) and of the coordinator per
+run, scaled to 10 M rows. ``--dir /dev/shm`` leaves out the
 disk's fsync; ``--profile`` wraps the runs in cProfile (py-spy on this pid works too).
 """
 
@@ -56,6 +57,7 @@ def main() -> None:
     from txnlog.datasource.options import parse_write_options
     from txnlog.datasource.write import task_writer
     from txnlog.datasource.write.batch_writer import coordinator_client, ensure_topic
+    from txnlog.datasource.write.commit_messages import runs_to_confirm
     from txnlog.datasource.write.task_writer import Membership, run_task
 
     if args.flush_bytes:
@@ -100,7 +102,8 @@ def main() -> None:
                 profiler.disable()
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             kcpu = (proc_cpu(coord_pid) if coord_pid else 0.0) - k0
-            client.end_txn(tid, pid, epoch, commit=True, members=[msg.member_id])
+            client.end_txn(tid, pid, epoch, commit=True, members=[msg.member_id],
+                           written=runs_to_confirm(client, [msg]))
             scale = 10_000_000 / (n_batches * BATCH)
             print(f"{'warm-up' if r == 0 else f'run {r}'}: {wall:.2f} s wall, {cpu:.2f} s CPU "
                   f"(coordinator {kcpu:.2f} s); per 10 M rows: {cpu * scale:.2f} s CPU task, "
