@@ -258,7 +258,12 @@ class S3Storage(Storage):
 
         def read() -> bytes:
             if start is None and end is None:
-                return self.fs.cat_file(key)
+                # One GET. With max_concurrency > 1 (its default) s3fs sends a HEAD before
+                # every whole-object read, to split a big object into parallel ranges:
+                # twice the requests and round trips for every manifest, head and log
+                # object read whole, while big objects are read by range (manifests and
+                # tails give where a run lies).
+                return self.fs.cat_file(key, max_concurrency=1)
             return self.fs.cat_file(key, start=start, end=end)
 
         return self._retrying("GET", path, lambda: self._call("GET", path, read))

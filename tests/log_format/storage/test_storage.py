@@ -68,6 +68,33 @@ def test_get_ranges_size_exists_delete(every_root: str) -> None:
     assert not st.exists("a/b/obj")
 
 
+def test_s3_get_of_a_whole_object_is_one_request(s3_root: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole-object GET is one GET: s3fs (max_concurrency > 1, its default) sent a HEAD
+    before every whole-object read to split big objects into parallel ranges, which
+    doubled the requests (and the round trips) of reading a manifest, a stable head, a log
+    object. A range read was one GET already."""
+    import s3fs
+
+    st = Storage.for_url(s3_root)
+    st.put("w/small", b"x" * 100)
+    st.put("w/big", b"y" * (3 << 20))
+    heads: list[str] = []
+    info = s3fs.S3FileSystem._info
+
+    async def counting_info(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        heads.append(path)
+        return await info(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_info", counting_info)
+    assert st.get("w/small") == b"x" * 100
+    assert st.get("w/big") == b"y" * (3 << 20)
+    assert st.get("w/big", 5, 10) == b"yyyyy"
+    assert heads == []
+    with pytest.raises(FileNotFoundError):
+        st.get("w/none")
+
+
 def test_list_sorted_files_only(every_root: str) -> None:
     st = Storage.for_url(every_root)
     names = ["00000000000000000010.log", "00000000000000000002.log",
