@@ -23,7 +23,7 @@ What one query pays is its own: each query starts once the run's processes are i
 (``quiesce``), the input is merged by the coordinator before the timed rounds, and a txnlog
 sink's output topic is deleted after its query, so the coordinator's merging of one query's
 output never lands in the next query (a long-running stream pays that merging in the
-background: bench/growth.py and docs/performance.md give its cost per byte).
+background: bench/merge_isolation.py and docs/performance.md measure what it costs).
 
 One Spark session (``local[2]``) per root; a small parquet -> noop query warms the JVM first
 (no Python), so round 1's first txnlog query is the first query that starts Python workers:
@@ -70,6 +70,7 @@ CPU_MARKER = "txnlog-bench-streaming-cpu"
 PIPELINES = ("txnlog>txnlog", "txnlog>noop", "parquet>parquet", "parquet>txnlog",
              "pyceiling>pyceiling")
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+PARTITIONS = 4  # of the input and output topics
 KV = ("CAST(lpad(CAST(id % 100000 AS STRING), 16, '0') AS BINARY) AS key",
       "CAST(rpad(CAST(id AS STRING), 100, 'x') AS BINARY) AS value")
 
@@ -93,7 +94,8 @@ class Inputs:
         self.topic = f"in{per_batch}"
         self.parquet = str(work / f"in{per_batch}.parquet")
         rows = (spark.range(per_batch * batches, numPartitions=4).selectExpr(*KV))
-        (rows.write.format("txnlog").option("topic", self.topic).option("partitions", "4")
+        (rows.write.format("txnlog").option("topic", self.topic)
+         .option("partitions", str(PARTITIONS))
          .option("coordinator", endpoint).mode("append").save(url))
         # Files of exactly per_batch rows: maxFilesPerTrigger=1 gives per_batch per trigger.
         (rows.coalesce(1).write.option("maxRecordsPerFile", str(per_batch))
@@ -111,7 +113,8 @@ class Inputs:
         st = Storage.for_url(self.url)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < limit_s:
-            if all(read_latest_manifest(st, self.topic, p) is not None for p in range(4)):
+            if all(read_latest_manifest(st, self.topic, p) is not None
+                   for p in range(PARTITIONS)):
                 return
             time.sleep(1.0)
         raise RuntimeError(f"input {self.topic} was not merged within {limit_s:.0f} s")
@@ -170,7 +173,8 @@ def _run_query(spark: Any, pipeline: str, inp: Inputs) -> dict[str, Any]:
               .option("maxFilesPerTrigger", "1").parquet(inp.parquet))
     w = df.writeStream.option("checkpointLocation", ckpt).trigger(availableNow=True)
     if sink == "txnlog":
-        w = (w.format("txnlog").option("topic", f"out{name}").option("partitions", "4")
+        w = (w.format("txnlog").option("topic", f"out{name}")
+             .option("partitions", str(PARTITIONS))
              .option("coordinator", inp.endpoint))
         target = inp.url
     elif sink == "pyceiling":
@@ -377,7 +381,7 @@ def main() -> None:
     if args.raw:
         args.raw.write_text(json.dumps(raw, indent=1))
     rows = summarize(raw, args.rounds)
-    print(f"16 B keys, 100 B values, 4 partitions, Trigger.AvailableNow, local[2], "
+    print(f"16 B keys, 100 B values, {PARTITIONS} partitions, Trigger.AvailableNow, local[2], "
           f"cpus={os.cpu_count()}, {args.rounds} rounds (1 = first query, then steady: "
           f"medians); load {load_start[0]:.1f} at start, {load():.1f} at end")
     print("| root | per trigger | pipeline | micro-batches | steady rec/s | vs parquet>parquet |"
