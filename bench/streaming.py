@@ -29,15 +29,16 @@ One Spark session (``local[2]``) per root; a small parquet -> noop query warms t
 (no Python), so round 1's first txnlog query is the first query that starts Python workers:
 it pays what a restarted streaming application pays (worker start, imports, the codec
 kernels, the coordinator connection). Round 1 is the "first" round; later rounds are the
-steady state (medians). Reported per pipeline and size: records/s over the query's
-micro-batches (rows / sum of triggerExecution), the micro-batch latency (p50 of
-triggerExecution), the wall time of the whole query (start to end), and the ratios to
-parquet>parquet measured in the same round, and to pyceiling>pyceiling (the Python Data
-Source ceiling, same columns) when it runs; every micro-batch the query ran counts, one
-that read no record too (a batch of commit markers only costs a whole trigger), and the
-table gives their number. ``--profile`` prints where a micro-batch's time
-goes by Spark's own phases (durationMs: latestOffset, queryPlanning, addBatch, walCommit,
-commitOffsets), medians over the steady rounds.
+steady state (medians), and they run the pipelines in alternating order (A B, B A, ...) so
+a host that speeds up or slows down favours none. Reported per pipeline and size: records/s
+over the query's micro-batches (rows / sum of triggerExecution), the micro-batch latency
+(p50 of triggerExecution), the wall time of the whole query (start to end), and the ratios
+to parquet>parquet measured in the same round, and to pyceiling>pyceiling (the Python Data
+Source ceiling, same columns; with the range of the rounds' ratios) when it runs; every
+micro-batch the query ran counts, one that read no record too (a batch of commit markers
+only costs a whole trigger), and the table gives their number. ``--profile`` prints where a
+micro-batch's time goes by Spark's own phases (durationMs: latestOffset, queryPlanning,
+addBatch, walCommit, commitOffsets), medians over the steady rounds.
 """
 
 from __future__ import annotations
@@ -252,8 +253,11 @@ def bench_root(root_name: str, url: str, endpoint: str, work: Path, sizes: list[
          .trigger(availableNow=True).start().awaitTermination())
         out = []
         for r in range(rounds):
+            # Steady rounds alternate the pipelines' order (A B, then B A), so a host that
+            # speeds up or slows down over a round favours no pipeline in the ratios.
+            order = pipelines if r % 2 == 0 else pipelines[::-1]
             for size in sizes:
-                for pipeline in pipelines:
+                for pipeline in order:
                     res = run_query(spark, pipeline, inputs[size])
                     res.update(root=root_name, round=r + 1, per_trigger=size,
                                pipeline=pipeline)
@@ -309,6 +313,7 @@ def summarize(raw: list[dict[str, Any]], rounds: int) -> list[dict[str, Any]]:
             "vs_parquet_batch_ms": statistics.median(ratios_lat) if ratios_lat else None,
             "vs_ceiling_records_per_s": statistics.median(ratios_ceil) if ratios_ceil
             else None,
+            "vs_ceiling_range": (min(ratios_ceil), max(ratios_ceil)) if ratios_ceil else None,
             "batches": sorted({x["batches"] for x in steady}),
             "load": statistics.median(x["load"] for x in steady),
         }
@@ -385,7 +390,7 @@ def main() -> None:
           f"cpus={os.cpu_count()}, {args.rounds} rounds (1 = first query, then steady: "
           f"medians); load {load_start[0]:.1f} at start, {load():.1f} at end")
     print("| root | per trigger | pipeline | micro-batches | steady rec/s | vs parquet>parquet |"
-          " vs pyceiling>pyceiling | batch p50 ms |"
+          " vs pyceiling>pyceiling (rounds' range) | batch p50 ms |"
           " vs parquet>parquet | first rec/s | wall s: first / steady (extra) |"
           " CPU s: first / steady (extra) | of which S3 server (steady) |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -393,10 +398,13 @@ def main() -> None:
         tp = r["vs_parquet_records_per_s"]
         lat = r["vs_parquet_batch_ms"]
         ceil = r["vs_ceiling_records_per_s"]
+        spread = r["vs_ceiling_range"]
+        ceil_cell = "-" if ceil is None else \
+            f"{ceil:.2f}x ({spread[0]:.2f}-{spread[1]:.2f})"
         print(f"| {r['root']} | {r['per_trigger']:,} | {r['pipeline']} | "
               f"{'/'.join(str(n) for n in r['batches'])} | "
               f"{r['records_per_s']:,.0f} | {tp:.2f}x | "
-              f"{'-' if ceil is None else f'{ceil:.2f}x'} | {r['batch_ms']:.0f} | {lat:.2f}x | "
+              f"{ceil_cell} | {r['batch_ms']:.0f} | {lat:.2f}x | "
               f"{r['first_records_per_s']:,.0f} | {r['first_wall_s']:.1f} / "
               f"{r['wall_s']:.1f} ({r['first_extra_s']:+.1f}) | {r['first_cpu_s']:.1f} / "
               f"{r['cpu_s']:.1f} ({r['first_extra_cpu_s']:+.1f}) | {r['server_cpu_s']:.1f} |")
